@@ -1,0 +1,25 @@
+"""Load catalog/hardware.yaml and check that every hardware names an install that exists."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from factory.catalog.schema import Catalog
+from factory.errors import InputError
+from factory.yamlfile import load_model
+
+
+def load_catalog(path: Path) -> Catalog:
+    catalog = load_model(Catalog, path)
+    for name, hardware in catalog.hardware.items():
+        if hardware.install not in catalog.installs:
+            raise InputError(
+                "unknown install", file=path, field=f"hardware.{name}.install", value=hardware.install,
+                valid=catalog.installs,
+            )
+        install = catalog.installs[hardware.install]
+        if install.kind == "pip" and hardware.base_image is None:
+            raise InputError(
+                "a pip install needs a base image", file=path, field=f"hardware.{name}.base_image",
+            )
+    return catalog

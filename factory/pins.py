@@ -1,0 +1,67 @@
+"""The vLLM version a recipe pins, and the checks that refuse a pin known not to work."""
+
+from __future__ import annotations
+
+import re
+
+from packaging.version import InvalidVersion, Version
+
+from factory.catalog.schema import Catalog
+from factory.errors import InputError, RefusedError
+from factory.recipes.loader import LoadedRecipe
+
+# `uv pip install vllm==0.11.2 --torch-backend auto` and the like: the pin is `vllm==<version>`.
+_PIN = re.compile(r"(?<![\w.-])vllm==(?P<version>[^\s;,\"']+)")
+
+
+def pinned_vllm(loaded: LoadedRecipe, catalog: Catalog) -> str:
+    """The exact vLLM version the recipe pins in `dependencies`, after the safety checks."""
+    recipe = loaded.recipe
+    pins = [
+        (index, match.group("version"))
+        for index, dep in enumerate(recipe.dependencies)
+        for match in _PIN.finditer(dep.command)
+    ]
+    if not pins:
+        raise InputError(
+            "no exact vLLM pin: the factory builds only pinned versions",
+            file=loaded.path,
+            field="dependencies",
+            hint="add a dependency whose command says vllm==<version>, e.g. "
+            f'command: "uv pip install vllm=={recipe.model.min_vllm_version}"',
+        )
+    if len({version for _, version in pins}) > 1:
+        raise InputError(
+            "the recipe pins vLLM more than once, to different versions",
+            file=loaded.path,
+            field="dependencies",
+            value=[version for _, version in pins],
+        )
+    index, text = pins[0]
+    field = f"dependencies[{index}].command"
+    pin = _version(text, loaded, field)
+    minimum = _version(recipe.model.min_vllm_version, loaded, "model.min_vllm_version")
+    if pin < minimum:
+        raise InputError(
+            f"the pinned vLLM is older than the recipe's min_vllm_version {minimum}",
+            file=loaded.path,
+            field=field,
+            value=text,
+        )
+    for bad in catalog.known_bad.get(recipe.model.model_id, []):
+        if Version(bad.vllm) == pin:
+            raise RefusedError(
+                f"{loaded.path}: {field}: vLLM {text} is known to break {recipe.model.model_id}: "
+                f"{bad.reason}\n  source: {bad.source}\n  hint: pin another version (the recipe's minimum "
+                f"is {minimum})"
+            )
+    return str(pin)
+
+
+def _version(text: str, loaded: LoadedRecipe, field: str) -> Version:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        raise InputError(
+            "not a version number (PEP 440, e.g. 0.11.2)", file=loaded.path, field=field, value=text
+        ) from None

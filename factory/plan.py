@@ -1,0 +1,175 @@
+"""Plans: everything the templates print, computed once from recipe, strategy and catalog.
+
+An ImagePlan is one image (recipe x hardware x variant); a ComposePlan is one deployment of it
+(x strategy x node count) with one NodeRole per compose file. Templates only format these.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePosixPath
+
+from pydantic import BaseModel, ConfigDict
+
+# Compose files and `factory show` spell these settings as ${NAME}; defaults fill in where vLLM has one.
+SETTINGS: dict[str, tuple[str | None, str]] = {
+    "HEAD_ADDRESS": (None, "address of the head node, reachable from every node"),
+    "MASTER_PORT": ("29501", "torch.distributed rendezvous port on the head (vLLM's default)"),
+    "DP_RPC_PORT": ("13345", "data-parallel RPC port on the head"),
+    "IFACE_NAME": (None, "network interface NCCL and Gloo use on every node (e.g. eth0, ib0)"),
+}
+_PLACEHOLDER = re.compile(r"\$\{?(?P<name>[A-Z_][A-Z0-9_]*)\}?")
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class NodeRole(Frozen):
+    name: str  # "node" for one node; "head", "worker-1", ... for several
+    rank: int
+    serves_http: bool
+    args: list[str]  # appended by the compose file to the image's entrypoint
+
+
+class ImagePlan(Frozen):
+    recipe_file: str
+    model_id: str
+    weights: str  # what --model gets: a hub id, or the folder the image carries
+    bundled_model_src: str | None  # project-relative folder copied into the image
+    revision: str | None
+    slug: str
+    variant: str
+    hardware: str
+    hardware_name: str
+    vendor: str
+    platform: str
+    gpu_arch: str | None
+    gpus_per_node: int
+    vllm_version: str
+    install_kind: str
+    package: str
+    torch_requirement: str | None
+    extra_index_url: str | None
+    remove_packages: list[str]
+    remove_packages_reason: str | None
+    system_packages: list[str]
+    base_image: str
+    env: dict[str, str]
+    entrypoint_args: list[str]
+    start_period_s: int
+    repository: str
+    tag: str
+    inputs_hash: str = ""
+
+    @property
+    def directory(self) -> PurePosixPath:
+        """The path spells the image: images/<repository name>/<tag>/."""
+        return PurePosixPath("images") / self.slug / self.tag
+
+    @property
+    def reference(self) -> str:
+        return f"{self.repository}:{self.tag}"
+
+    @property
+    def immutable_tag(self) -> str:
+        return f"{self.tag}-{self.inputs_hash[:12]}"
+
+    @property
+    def served_model_name(self) -> str:
+        return self.model_id
+
+    @property
+    def entrypoint(self) -> list[str]:
+        return ["factory-serve", *self.entrypoint_args]
+
+    @property
+    def model_source(self) -> str:
+        """Which Dockerfile part places the model: `bundled` copies it in, `hub` leaves it to the cache."""
+        return "bundled" if self.bundled_model_src else "hub"
+
+    @property
+    def pip_requirements(self) -> list[str]:
+        return [f"{self.package}=={self.vllm_version}", *filter(None, [self.torch_requirement])]
+
+    @property
+    def pip_remove_command(self) -> str:
+        """Removal in the install's own layer, so the removed files never reach the image."""
+        return f"pip uninstall -y {' '.join(self.remove_packages)}" if self.remove_packages else "true"
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {
+            "org.opencontainers.image.title": f"{self.model_id} on {self.hardware_name}",
+            "org.opencontainers.image.description": (
+                f"vLLM {self.vllm_version} serving {self.model_id} ({self.variant}) on {self.hardware_name}"
+            ),
+            "org.opencontainers.image.version": self.tag,
+            "org.opencontainers.image.vendor": "vllm-image-factory",
+            "ai.vllm.factory.recipe": self.model_id,
+            "ai.vllm.factory.variant": self.variant,
+            "ai.vllm.factory.hardware": self.hardware,
+            "ai.vllm.factory.gpu-arch": self.gpu_arch or "none",
+            "ai.vllm.factory.platform": self.platform,
+            "ai.vllm.factory.vllm-version": self.vllm_version,
+            "ai.vllm.factory.inputs-hash": self.inputs_hash,
+        }
+
+
+class ComposePlan(Frozen):
+    image: ImagePlan
+    strategy: str
+    strategy_name: str
+    nodes: int
+    roles: list[NodeRole]
+    env: dict[str, str]  # the strategy's environment (NCCL/Gloo interface, ...)
+    host_network: bool
+
+    @property
+    def directory(self) -> PurePosixPath:
+        base = PurePosixPath("compose") / self.image.slug / f"{self.image.hardware}-{self.image.variant}"
+        if self.nodes == 1:
+            return base / self.strategy
+        return base / self.strategy / f"{self.nodes}-nodes"
+
+    def file_name(self, role: NodeRole) -> str:
+        return "compose.yaml" if self.nodes == 1 else f"{role.name}.compose.yaml"
+
+    def project_name(self, role: NodeRole) -> str:
+        parts = [self.image.slug, self.image.hardware, self.strategy.replace("_", "-")]
+        if self.nodes > 1:
+            parts.append(role.name)
+        return "-".join(parts)
+
+    @property
+    def network(self) -> str:
+        return "host" if self.host_network else "published"
+
+    def role_title(self, role: NodeRole) -> str:
+        if self.nodes == 1:
+            return "one node"
+        return f"node rank {role.rank} of {self.nodes} ({role.name}{', headless' if not role.serves_http else ''})"
+
+    @property
+    def settings_used(self) -> dict[str, tuple[str | None, str]]:
+        text = " ".join([*self.env.values(), *(arg for role in self.roles for arg in role.args)])
+        names = {match.group("name") for match in _PLACEHOLDER.finditer(text)}
+        return {name: SETTINGS[name] for name in SETTINGS if name in names}
+
+
+def compose_interpolation(value: str) -> str:
+    """${NAME} -> ${NAME:-default} or ${NAME:?why}: compose then fails with a message, not a blank."""
+
+    def spell(match: re.Match[str]) -> str:
+        name = match.group("name")
+        if name not in SETTINGS:
+            return match.group(0)
+        default, why = SETTINGS[name]
+        return f"${{{name}:-{default}}}" if default else f"${{{name}:?set {name}: {why} (see .env.example)}}"
+
+    return _PLACEHOLDER.sub(spell, value)
+
+
+def normalise_placeholders(value: str) -> str:
+    """Upstream strategies write $IFACE_NAME; the factory writes ${IFACE_NAME} everywhere."""
+    return _PLACEHOLDER.sub(lambda m: "${" + m.group("name") + "}", value)

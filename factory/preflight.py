@@ -1,0 +1,48 @@
+"""Compatibility preflight: what the catalog knows about an image's install on its hardware, said before
+anyone builds. Hard impossibilities are refused while planning (factory.planner); these are warnings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from factory.plan import ImagePlan
+from factory.project import Project
+
+
+@dataclass(frozen=True)
+class Finding:
+    level: str  # "warning" or "note"
+    message: str
+    source: str
+
+    def __str__(self) -> str:
+        return f"{self.level}: {self.message}\n  source: {self.source}"
+
+
+def preflight(project: Project, image: ImagePlan) -> list[Finding]:
+    hardware = project.catalog.hardware[image.hardware]
+    install = project.catalog.installs[hardware.install]
+    findings = []
+    for coverage in install.arch_coverage:
+        if hardware.gpu_arch and coverage.covers_version(image.vllm_version) and (
+            hardware.gpu_arch not in coverage.archs
+        ):
+            findings.append(
+                Finding(
+                    "warning",
+                    f"{image.hardware} is {hardware.gpu_arch}, but vLLM {image.vllm_version}'s {install.torch_backend} "
+                    f"build covers only {', '.join(coverage.archs)}: its kernels may fail on this GPU",
+                    coverage.source,
+                )
+            )
+    findings += [Finding("note", note.source, "catalog/hardware.yaml") for note in hardware.notes]
+    if "--trust-remote-code" in image.entrypoint_args and not image.revision and not image.bundled_model_src:
+        findings.append(
+            Finding(
+                "warning",
+                f"--trust-remote-code runs code from {image.model_id} at whatever revision is current; "
+                "the recipe pins none (model.revision)",
+                image.recipe_file,
+            )
+        )
+    return findings

@@ -1,0 +1,1 @@
+"""Recipe data in the vLLM recipes repository's schema."""

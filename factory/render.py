@@ -1,0 +1,54 @@
+"""Jinja2 rendering. Templates only format: every value and every choice comes from the plans."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+
+import jinja2
+
+from factory.plan import ComposePlan, ImagePlan, compose_interpolation
+
+
+@cache
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("factory", "templates"),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,  # Dockerfiles and YAML, not HTML  # noqa: S701
+    )
+    env.filters["json"] = lambda value: json.dumps(value, ensure_ascii=False)
+    return env
+
+
+def template_sources() -> dict[str, str]:
+    """Every template's text, an input of each image's hash."""
+    env = environment()
+    assert env.loader is not None
+    return {name: env.loader.get_source(env, name)[0] for name in sorted(env.list_templates())}
+
+
+def render_dockerfile(image: ImagePlan) -> str:
+    return environment().get_template(f"Dockerfile.{image.install_kind}.j2").render(image=image)
+
+
+def render_compose(plan: ComposePlan, index: int) -> str:
+    role = plan.roles[index]
+    return environment().get_template("compose.yaml.j2").render(
+        plan=plan,
+        image=plan.image,
+        role_title=plan.role_title(role),
+        file_name=plan.file_name(role),
+        project_name=plan.project_name(role),
+        command=[compose_interpolation(arg) for arg in role.args],
+        env={name: compose_interpolation(value) for name, value in plan.env.items()},
+        network=plan.network,
+        health="http" if role.serves_http else "none",
+    )
+
+
+def render_env_example(plan: ComposePlan) -> str:
+    return environment().get_template("env.example.j2").render(settings=plan.settings_used)

@@ -1,0 +1,90 @@
+"""Read one YAML file into a typed model, turning every failure into an error that names file and field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import UnionType
+from typing import Any, TypeVar, Union, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from factory.errors import InputError
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def read_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot read the file: {exc.strerror}", file=path) from exc
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise InputError(f"malformed YAML{where}: {problem}", file=path) from exc
+
+
+def parse_model(model: type[ModelT], data: Any, path: Path, prefix: str = "") -> ModelT:
+    """Validate `data` as `model`; the first error becomes an InputError naming the dotted field path."""
+    if not isinstance(data, dict):
+        raise InputError(
+            f"expected a mapping of fields, found {type(data).__name__}", file=path, field=prefix or None
+        )
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise _as_input_error(exc, model, path, prefix) from None
+
+
+def load_model(model: type[ModelT], path: Path) -> ModelT:
+    return parse_model(model, read_yaml(path), path)
+
+
+def _as_input_error(exc: ValidationError, model: type[BaseModel], path: Path, prefix: str) -> InputError:
+    first = exc.errors()[0]
+    loc = [str(part) for part in first["loc"]]
+    field = ".".join([prefix, *loc] if prefix else loc)
+    kind = first["type"]
+    if kind == "extra_forbidden":
+        return InputError(
+            "unknown field (a typo?)",
+            file=path,
+            field=field,
+            value=loc[-1],
+            valid=_field_names(model, loc[:-1]),
+        )
+    if kind == "missing":
+        return InputError("required field is missing", file=path, field=field)
+    valid = None
+    expected = first.get("ctx", {}).get("expected")
+    if expected:
+        valid = [choice.strip(" '") for choice in str(expected).replace(" or ", ",").split(",")]
+    return InputError(first["msg"], file=path, field=field, value=first.get("input"), valid=valid)
+
+
+def _field_names(model: type[BaseModel], loc: list[str]) -> list[str]:
+    """The field names allowed at `loc` inside `model`, for the 'valid:' line of an unknown-field error."""
+    current: Any = model
+    for part in loc:
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            field = current.model_fields.get(part)
+            current = field.annotation if field else None
+        else:  # a dict key or list index: step into the value type
+            args = get_args(current)
+            current = args[-1] if args else None
+        current = _without_none(current)
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return sorted(current.model_fields)
+    return []
+
+
+def _without_none(annotation: Any) -> Any:
+    """`X | None` -> X, so optional sections still name their fields."""
+    args = [arg for arg in get_args(annotation) if arg is not type(None)]
+    if args and get_origin(annotation) in (Union, UnionType):
+        return args[0]
+    return annotation
