@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from factory.errors import FactoryError, InputError
+from factory.plan import ImagePlan
 from factory.project import Project, load_project
 
 
@@ -77,6 +78,37 @@ def cmd_list(project: Project, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_testbench_settings(project: Project, args: argparse.Namespace) -> int:
+    from factory.settings import write_testbench_settings
+
+    write_testbench_settings(args.output, args.base_image)
+    print(f"wrote {args.output}")
+    return 0
+
+
+def _select_images(project: Project, args: argparse.Namespace) -> list[ImagePlan]:
+    from factory.planner import plan_image
+
+    loaded = project.tree.recipe(args.model)
+    variants = [args.variant] if args.variant else list(loaded.recipe.variants)
+    return [plan_image(project, loaded, args.hardware, variant) for variant in variants]
+
+
+def cmd_build(project: Project, args: argparse.Namespace) -> int:
+    from factory.build.builder import build_image, summary, write_report
+    from factory.settings import load_settings
+
+    settings = load_settings(project.root, {"base_image": args.base_image})
+    results = []
+    for image in _select_images(project, args):
+        result = build_image(project, image, settings, backend=args.backend, echo=args.verbose or sys.stderr.isatty())
+        results.append(result)
+        print(summary(result))
+    write_report(results, args.report)
+    print(f"report: {args.report}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="factory", description=__doc__)
     parser.add_argument("--root", type=Path, help="the project folder (default: found from the current folder)")
@@ -98,13 +130,25 @@ def build_parser() -> argparse.ArgumentParser:
     lst = sub.add_parser("list", help="list every image the recipes and catalog define")
     lst.set_defaults(func=cmd_list)
 
-    for register in EXTRA_COMMANDS:
-        register(sub)
+    build = sub.add_parser("build", help="build (and tag) the images of one model on one hardware, via BuildKit")
+    _add_target_args(build)
+    build.add_argument("--base-image", help="build on this image instead of the target's base (a mirror)")
+    build.add_argument("--backend", choices=["auto", "compose", "bake"], default="auto")
+    build.add_argument("--report", type=Path, default=Path("reports/build.json"))
+    build.add_argument("-v", "--verbose", action="store_true", help="print BuildKit's output as it comes")
+    build.set_defaults(func=cmd_build)
+
+    bench = sub.add_parser("testbench-settings", help="write .factory.local.toml for this machine (testbench/up)")
+    bench.add_argument("--base-image", required=True)
+    bench.add_argument("--output", type=Path, required=True)
+    bench.set_defaults(func=cmd_testbench_settings)
     return parser
 
 
-# Later stages (build, validate, publish, testbench) add their subcommands here.
-EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = []
+def _add_target_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="model id, e.g. moonshotai/Kimi-Linear-48B-A3B-Instruct")
+    parser.add_argument("--hardware", required=True)
+    parser.add_argument("--variant", help="default: every variant of the recipe")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

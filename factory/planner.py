@@ -66,8 +66,11 @@ def hardware_targets(project: Project, loaded: LoadedRecipe) -> tuple[list[str],
     """Catalog hardware the recipe runs on: every unrestricted profile, and restricted ones it lists."""
     profiles = project.tree.taxonomy.hardware_profiles
     listed = loaded.recipe.meta.hardware
+    only = project.catalog.only_hardware.get(loaded.model_id)
     targets = []
     for name, hardware in project.catalog.hardware.items():
+        if only is not None and name not in only:
+            continue
         profile = profiles.get(hardware.taxonomy_profile or "")
         if profile is None:
             continue

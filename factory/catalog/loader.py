@@ -22,4 +22,11 @@ def load_catalog(path: Path) -> Catalog:
             raise InputError(
                 "a pip install needs a base image", file=path, field=f"hardware.{name}.base_image",
             )
+    for model_id, names in catalog.only_hardware.items():
+        for index, name in enumerate(names):
+            if name not in catalog.hardware:
+                raise InputError(
+                    "unknown hardware", file=path, field=f"only_hardware.{model_id}[{index}]", value=name,
+                    valid=catalog.hardware,
+                )
     return catalog

@@ -82,3 +82,5 @@ class Catalog(Strict):
     installs: dict[str, Install]
     hardware: dict[str, Hardware]
     known_bad: dict[str, list[KnownBadPin]] = {}  # model_id -> versions that break it
+    # model_id -> the only hardware to build it for (the tiny self-test model is for the CPU target)
+    only_hardware: dict[str, list[str]] = {}

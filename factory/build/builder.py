@@ -1,0 +1,119 @@
+"""`factory build`: stage, build through BuildKit into a temporary tag, then tag for real.
+
+A failed build never moves a tag: the real tags are set only after BuildKit succeeded, from the
+image it produced, and the temporary tag is removed either way."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import docker
+from docker.errors import ImageNotFound
+
+from factory.build.backends import has_buildx, run_build
+from factory.build.context import check_generated, stage
+from factory.engine import connect, engine_facts
+from factory.errors import DockerError
+from factory.plan import ImagePlan
+from factory.project import Project
+from factory.settings import BuildSettings
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    image: str
+    tags: list[str]
+    image_id: str
+    size_bytes: int
+    duration_s: float
+    cached_steps: int
+    total_steps: int
+    base_image: str
+    backend: str
+    platform: str
+    inputs_hash: str
+
+
+def choose_backend(requested: str, image: ImagePlan, engine_platform: str) -> str:
+    buildx = has_buildx() if requested in ("auto", "bake") else False
+    if requested == "bake" and not buildx:
+        raise DockerError("--backend bake needs the docker buildx plugin, which this machine lacks")
+    backend = "bake" if buildx and requested != "compose" else "compose"
+    if image.platform != engine_platform and backend != "bake":
+        raise DockerError(
+            f"{image.reference} is {image.platform}, this engine builds {engine_platform}; a cross-platform "
+            "build needs `docker buildx bake` with QEMU or a native builder (not available here)"
+        )
+    return backend
+
+
+def build_image(
+    project: Project, image: ImagePlan, settings: BuildSettings, backend: str = "auto", echo: bool = False
+) -> BuildResult:
+    image = check_generated(project, image)
+    client = connect()
+    facts = engine_facts(client)
+    chosen = choose_backend(backend, image, facts.platform)
+    temporary = f"factory-build-tmp/{image.slug}:{uuid.uuid4().hex[:12]}"
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="factory-build-") as workdir:
+        staged = stage(project, image, settings, Path(workdir))
+        _check_base_image(client, staged.base_image)
+        try:
+            log = run_build(staged, temporary, chosen, echo)
+            built = client.images.get(temporary)
+            tags = [image.reference, f"{image.repository}:{image.immutable_tag}"]
+            for tag in tags:
+                repository, _, name = tag.rpartition(":")
+                built.tag(repository, name)
+        finally:
+            _untag(client, temporary)
+    built.reload()
+    return BuildResult(
+        image=image.reference,
+        tags=tags,
+        image_id=str(built.id),
+        size_bytes=int(built.attrs.get("Size", 0)),
+        duration_s=round(time.monotonic() - started, 2),
+        cached_steps=log.cached_steps,
+        total_steps=log.total_steps,
+        base_image=staged.base_image,
+        backend=chosen,
+        platform=image.platform,
+        inputs_hash=image.inputs_hash,
+    )
+
+
+def _check_base_image(client: docker.DockerClient, base: str) -> None:
+    """Say plainly when the base is neither local nor (we must assume) pullable, before a long build."""
+    try:
+        client.images.get(base)
+    except ImageNotFound:
+        print(f"note: base image {base} is not in the engine; BuildKit will try to pull it", flush=True)
+
+
+def _untag(client: docker.DockerClient, reference: str) -> None:
+    try:
+        client.images.remove(reference, noprune=True)
+    except ImageNotFound:
+        pass
+
+
+def write_report(results: list[BuildResult], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps([asdict(result) for result in results], indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def summary(result: BuildResult) -> str:
+    return (
+        f"built {result.image} ({result.platform}) in {result.duration_s:.1f} s with {result.backend}: "
+        f"{result.cached_steps}/{result.total_steps} steps cached, {result.size_bytes / 1e9:.2f} GB, "
+        f"{result.image_id[:19]}\n  tags: {', '.join(result.tags)}"
+    )

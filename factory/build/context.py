@@ -1,0 +1,69 @@
+"""Stage a build context: the generated image folder, plus local wheels and the secrets' files."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from factory.errors import InputError
+from factory.generate import image_outputs, with_inputs_hash
+from factory.plan import ImagePlan
+from factory.project import Project
+from factory.settings import BuildSettings
+
+
+@dataclass(frozen=True)
+class StagedContext:
+    image: ImagePlan
+    directory: Path
+    build_args: dict[str, str]  # never secrets: they are visible in the image's history
+    secrets: dict[str, Path]  # id -> file; mounted only during RUN steps, never stored
+    base_image: str
+
+
+def check_generated(project: Project, image: ImagePlan) -> ImagePlan:
+    """Build only what the committed files say: refuse a stale or missing generated folder."""
+    hashed = with_inputs_hash(project, image)
+    for file in image_outputs(project, hashed):
+        on_disk = project.root / file.path
+        if not on_disk.is_file() or on_disk.read_bytes() != file.content:
+            raise InputError(
+                "the generated build files are stale or missing",
+                file=on_disk,
+                hint="run `factory generate` (or `nox -s generate`) and commit the result",
+            )
+    return hashed
+
+
+def stage(project: Project, image: ImagePlan, settings: BuildSettings, workdir: Path) -> StagedContext:
+    directory = workdir / image.tag
+    shutil.copytree(project.root / image.directory, directory)
+    if settings.find_links:
+        for wheel in sorted(settings.find_links.glob("*.whl")):
+            _link_or_copy(wheel, directory / "wheels" / wheel.name)
+    build_args = {}
+    base = settings.base_image or image.base_image
+    if settings.base_image:
+        build_args["BASE_IMAGE"] = settings.base_image
+    if settings.pip_extra_index_url is not None:
+        build_args["PIP_EXTRA_INDEX_URL"] = settings.pip_extra_index_url
+    secrets = {}
+    for secret_id, source in (("cabundle", settings.ca_bundle), ("pipconf", settings.pip_conf)):
+        # A declared secret must exist; an empty file means "none" (the Dockerfile checks -s).
+        target = workdir / f"{image.tag}.{secret_id}"
+        if source:
+            shutil.copyfile(source, target)
+        else:
+            target.write_bytes(b"")
+        target.chmod(0o600)
+        secrets[secret_id] = target
+    return StagedContext(image, directory, build_args, secrets, base)
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)

@@ -1,0 +1,89 @@
+"""Build settings for builds behind a firewall: base-image override, pip sources, CA bundle.
+
+Read, later winning: .factory.local.toml in the project (testbench/up writes one for its machine),
+then FACTORY_* environment variables, then command-line flags. The CA bundle and pip.conf reach
+builds only as BuildKit secrets; no setting is ever written into an image, a build argument or a log.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+
+from pydantic import Field
+
+from factory.errors import InputError
+from factory.models_base import Strict
+
+LOCAL_SETTINGS = ".factory.local.toml"
+
+
+class BuildSettings(Strict):
+    base_image: str | None = Field(None, description="use this image instead of every target's upstream base")
+    ca_bundle: Path | None = Field(None, description="CA bundle for TLS-inspecting proxies (a BuildKit secret)")
+    pip_conf: Path | None = Field(None, description="a pip.conf with index URLs and credentials (a BuildKit secret)")
+    find_links: Path | None = Field(None, description="a folder of wheels pip may install from")
+    pip_extra_index_url: str | None = Field(
+        None, description="replaces the catalog's extra index (\"\" for none); not for credentials: use pip_conf"
+    )
+    registry: str | None = Field(None, description="registry host[:port] that image names are prefixed with")
+
+
+ENV_NAMES = {
+    "base_image": "FACTORY_BASE_IMAGE",
+    "ca_bundle": "FACTORY_CA_BUNDLE",
+    "pip_conf": "FACTORY_PIP_CONF",
+    "find_links": "FACTORY_FIND_LINKS",
+    "pip_extra_index_url": "FACTORY_PIP_EXTRA_INDEX_URL",
+    "registry": "FACTORY_REGISTRY",
+}
+
+
+def load_settings(root: Path, overrides: dict[str, object] | None = None) -> BuildSettings:
+    values: dict[str, object] = {}
+    path = root / LOCAL_SETTINGS
+    if path.is_file():
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise InputError(f"malformed TOML: {exc}", file=path) from exc
+        build = data.get("build", {})
+        unknown = set(build) - set(BuildSettings.model_fields)
+        if unknown:
+            raise InputError(
+                "unknown setting", file=path, field="build", value=sorted(unknown)[0], valid=BuildSettings.model_fields
+            )
+        values.update(build)
+    for field, env_name in ENV_NAMES.items():
+        if env_name in os.environ:
+            values[field] = os.environ[env_name]
+    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    settings = BuildSettings.model_validate(values)
+    for field in ("ca_bundle", "pip_conf", "find_links"):
+        value = getattr(settings, field)
+        if value is not None and not value.exists():
+            raise InputError(
+                "this path does not exist", file=path if path.is_file() else None, field=field, value=str(value)
+            )
+    return settings
+
+
+def write_testbench_settings(path: Path, base_image: str) -> None:
+    """The settings this machine needs: local base image, local wheels, the proxy's CA bundle."""
+    lines = [
+        "# Written by testbench/up for this machine; see the README, 'Builds behind a firewall'.",
+        "[build]",
+        "# No registry is reachable here: every target builds on the locally bootstrapped Debian image.",
+        f'base_image = "{base_image}"',
+    ]
+    ca_bundle = os.environ.get("PIP_CERT") or os.environ.get("SSL_CERT_FILE")
+    if ca_bundle and Path(ca_bundle).is_file():
+        lines += ["# The TLS-inspecting proxy's CA bundle, passed to pip as a BuildKit secret.", f'ca_bundle = "{ca_bundle}"']
+    find_links = os.environ.get("PIP_FIND_LINKS")
+    if find_links and Path(find_links).is_dir():
+        lines += ["# Wheels on this machine that no index serves (the +cpu torch).", f'find_links = "{find_links}"']
+        lines += ["# The PyTorch CPU index is unreachable here; the +cpu torch comes from find_links.", 'pip_extra_index_url = ""']
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    tmp.replace(path)

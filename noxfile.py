@@ -1,0 +1,76 @@
+"""Sessions: `nox --list`. Every session runs in the project's own virtualenv (.venv, made by
+testbench/up), which already holds the package and its tools: no per-session installs, so sessions
+start in a second and work with no index reachable."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nox
+import yaml
+
+nox.options.default_venv_backend = "none"
+nox.options.sessions = ["lint", "check-generated", "tests"]
+
+ROOT = Path(__file__).parent
+PY = sys.executable
+# The model each hardware's build session builds: the first recipe, or the built-in default on the CPU.
+FIRST_RECIPE = "moonshotai/Kimi-Linear-48B-A3B-Instruct"
+DEFAULT_RECIPE = {"cpu": "factory/tiny-random-llama"}
+
+
+def factory(session: nox.Session, *args: str) -> None:
+    session.run(PY, "-m", "factory", *args)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff and strict mypy on the package; hadolint runs inside the tests."""
+    session.run(PY, "-m", "ruff", "check", "factory", "tests", "noxfile.py", "testbench")
+    session.run(PY, "-m", "ruff", "format", "--check", "factory", "tests", "noxfile.py", "testbench")
+    session.run(PY, "-m", "mypy")
+
+
+@nox.session
+def generate(session: nox.Session) -> None:
+    """Rewrite images/ and compose/ from recipes/ and catalog/ (removes what no longer exists)."""
+    factory(session, "generate")
+
+
+@nox.session(name="check-generated")
+def check_generated(session: nox.Session) -> None:
+    """Fail when the committed images/ and compose/ differ from what the recipes generate."""
+    factory(session, "generate", "--check")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The whole test suite, Docker and the CPU end-to-end included (testbench/up first)."""
+    session.run(PY, "-m", "pytest", *(session.posargs or ["-ra"]))
+
+
+def _hardware() -> list[str]:
+    catalog = yaml.safe_load((ROOT / "catalog" / "hardware.yaml").read_text(encoding="utf-8"))
+    return list(catalog["hardware"])
+
+
+def _make_build_session(hardware: str) -> None:
+    recipe = DEFAULT_RECIPE.get(hardware, FIRST_RECIPE)
+
+    @nox.session(name=f"build-{hardware}", default=False)
+    def build(session: nox.Session) -> None:
+        factory(session, "build", recipe, "--hardware", hardware, *session.posargs)
+        factory(session, "validate", recipe, "--hardware", hardware, "--allow-no-gpu")
+
+    build.__doc__ = f"Build the {recipe} image for {hardware}, then validate it (GPU probes need a {hardware})."
+
+    @nox.session(name=f"validate-{hardware}", default=False)
+    def validate(session: nox.Session) -> None:
+        factory(session, "validate", recipe, "--hardware", hardware, *session.posargs)
+
+    validate.__doc__ = f"Validate the built {recipe} image for {hardware}; fails where its GPU is absent."
+
+
+for _name in _hardware():
+    _make_build_session(_name)
