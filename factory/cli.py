@@ -109,6 +109,30 @@ def cmd_build(project: Project, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_validate(project: Project, args: argparse.Namespace) -> int:
+    from factory.validate.runner import validate_image
+
+    status = 0
+    for image in _select_images(project, args):
+        report = validate_image(project, image, args.reports, args.health_timeout)
+        for case in report.cases:
+            print(f"  {case.status:7} {case.name}: {case.detail.splitlines()[0] if case.detail else ''}")
+        if not report.passed:
+            failed = [case for case in report.cases if case.status == "failed"]
+            print(f"error: {image.reference} failed validation:", file=sys.stderr)
+            for case in failed:
+                print(f"  {case.name}: {case.detail}", file=sys.stderr)
+            status = 1
+        elif report.fully_validated:
+            print(f"validated {image.reference} ({report.image_id[:19]})")
+        elif args.allow_no_gpu:
+            print(f"{image.reference}: built; static checks passed; GPU probes not run")
+        else:
+            print(f"error: {image.reference}: GPU probes not run, so it is not validated", file=sys.stderr)
+            status = 1
+    return status
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="factory", description=__doc__)
     parser.add_argument("--root", type=Path, help="the project folder (default: found from the current folder)")
@@ -137,6 +161,16 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--report", type=Path, default=Path("reports/build.json"))
     build.add_argument("-v", "--verbose", action="store_true", help="print BuildKit's output as it comes")
     build.set_defaults(func=cmd_build)
+
+    validate = sub.add_parser("validate", help="check a built image inside, then serve and probe it")
+    _add_target_args(validate)
+    validate.add_argument("--reports", type=Path, default=Path("reports"))
+    validate.add_argument("--health-timeout", type=float, help="seconds to wait for /health (default: from the recipe)")
+    validate.add_argument(
+        "--allow-no-gpu", action="store_true",
+        help="succeed with static checks alone where the GPU is absent (the image is then not publishable)",
+    )
+    validate.set_defaults(func=cmd_validate)
 
     bench = sub.add_parser("testbench-settings", help="write .factory.local.toml for this machine (testbench/up)")
     bench.add_argument("--base-image", required=True)

@@ -1,0 +1,82 @@
+"""Validation reports: JSON for tools, JUnit XML for CI, and the record `factory publish` trusts."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    status: str  # passed, failed, skipped
+    detail: str
+    seconds: float = 0.0
+
+
+@dataclass
+class ValidationReport:
+    image: str
+    image_id: str
+    hardware: str
+    vllm_version: str
+    inputs_hash: str
+    cases: list[Case] = field(default_factory=list)
+    gpu_probes_run: bool = False
+
+    @property
+    def passed(self) -> bool:
+        return all(case.status != "failed" for case in self.cases) and any(c.status == "passed" for c in self.cases)
+
+    @property
+    def fully_validated(self) -> bool:
+        """Static checks and the live probes all passed: what publishing requires."""
+        return self.passed and self.gpu_probes_run
+
+    def add(self, name: str, ok: bool, detail: str, seconds: float = 0.0) -> None:
+        self.cases.append(Case(name, "passed" if ok else "failed", detail, round(seconds, 2)))
+
+    def skip(self, name: str, why: str) -> None:
+        self.cases.append(Case(name, "skipped", why))
+
+
+def write_json(report: ValidationReport, path: Path) -> None:
+    data = asdict(report) | {"passed": report.passed, "fully_validated": report.fully_validated}
+    _atomic_write(path, json.dumps(data, indent=2) + "\n")
+
+
+def write_junit(report: ValidationReport, path: Path) -> None:
+    suite = ET.Element(
+        "testsuite",
+        name=f"validate {report.image}",
+        tests=str(len(report.cases)),
+        failures=str(sum(case.status == "failed" for case in report.cases)),
+        skipped=str(sum(case.status == "skipped" for case in report.cases)),
+    )
+    for case in report.cases:
+        element = ET.SubElement(suite, "testcase", classname=report.image, name=case.name, time=str(case.seconds))
+        if case.status == "failed":
+            ET.SubElement(element, "failure", message=case.detail[:200]).text = case.detail
+        elif case.status == "skipped":
+            ET.SubElement(element, "skipped", message=case.detail)
+    _atomic_write(path, ET.tostring(ET.ElementTree(suite).getroot(), encoding="unicode") + "\n")
+
+
+def record_path(records: Path, image_id: str) -> Path:
+    return records / f"{image_id.replace(':', '-')}.json"
+
+
+def write_record(report: ValidationReport, records: Path) -> Path:
+    """Validation is recorded against the image ID: a rebuilt image is a new ID with no record."""
+    path = record_path(records, report.image_id)
+    write_json(report, path)
+    return path
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)

@@ -1,0 +1,134 @@
+"""`factory validate`: static checks inside the image, then a real server started and probed."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+from docker.errors import ImageNotFound
+
+from factory.engine import EngineFacts, connect, engine_facts
+from factory.errors import DockerError
+from factory.generate import with_inputs_hash
+from factory.plan import ComposePlan, ImagePlan
+from factory.planner import DEFAULT_NODES, plan_compose, strategy_mismatch
+from factory.project import Project
+from factory.validate import static
+from factory.validate.container import running
+from factory.validate.probes import ProbeFailure, chat, check_models, wait_healthy
+from factory.validate.report import ValidationReport, write_json, write_junit, write_record
+
+HEALTH_MARGIN_S = 120  # beyond the health check's start period, before validation gives up
+
+
+@dataclass(frozen=True)
+class GpuAccess:
+    available: bool
+    why: str
+
+
+def gpu_access(image: ImagePlan, facts: EngineFacts) -> GpuAccess:
+    if image.vendor == "cpu":
+        return GpuAccess(True, "CPU image: no GPU needed")
+    if image.vendor == "nvidia":
+        if facts.has_nvidia_runtime:
+            return GpuAccess(True, "the engine has the NVIDIA container runtime")
+        return GpuAccess(False, f"the engine has no NVIDIA container runtime (runtimes: {', '.join(facts.runtimes)})")
+    local = os.environ.get("DOCKER_HOST", "unix://").startswith("unix://")
+    if (local and Path("/dev/kfd").exists()) or os.environ.get("FACTORY_AMD_GPUS") == "1":
+        return GpuAccess(True, "/dev/kfd is present")
+    return GpuAccess(False, "no AMD GPU: /dev/kfd is absent (on a remote engine set FACTORY_AMD_GPUS=1)")
+
+
+def deployments(project: Project, image: ImagePlan) -> list[ComposePlan]:
+    recipe = project.tree.recipe(image.model_id).recipe
+    plans = []
+    for strategy in recipe.compatible_strategies:
+        if strategy_mismatch(project, recipe, image.hardware, strategy):
+            continue
+        single = project.tree.strategies[strategy].deploy_type == "single_node"
+        plans.append(plan_compose(project, image, strategy, 1 if single else DEFAULT_NODES))
+    return plans
+
+
+def validate_image(
+    project: Project, image: ImagePlan, reports: Path, health_timeout_s: float | None = None
+) -> ValidationReport:
+    image = with_inputs_hash(project, image)
+    client = connect()
+    facts = engine_facts(client)
+    try:
+        image_id = str(client.images.get(image.reference).id)
+    except ImageNotFound:
+        raise DockerError(
+            f"{image.reference} is not built on this engine\n"
+            f"  hint: factory build {image.model_id} --hardware {image.hardware}"
+        ) from None
+    report = ValidationReport(image.reference, image_id, image.hardware, image.vllm_version, image.inputs_hash)
+    plans = deployments(project, image)
+    _static_checks(client, image, plans, report)
+    access = gpu_access(image, facts)
+    if not access.available:
+        print(f"GPU probes not run for {image.reference}: {access.why}", flush=True)
+        for name in ("live:health", "live:models", "live:chat", "live:deterministic"):
+            report.skip(name, access.why)
+    elif report.passed:
+        single = next((plan for plan in plans if plan.nodes == 1), None)
+        args = single.roles[0].args if single else []
+        _live_probes(image, args, report, health_timeout_s or image.start_period_s + HEALTH_MARGIN_S)
+    stem = f"validate-{image.slug}-{image.tag}"
+    write_json(report, reports / f"{stem}.json")
+    write_junit(report, reports / f"{stem}.xml")
+    if report.passed:
+        write_record(report, reports / "validated")
+    return report
+
+
+def _static_checks(
+    client: docker.DockerClient, image: ImagePlan, plans: list[ComposePlan], report: ValidationReport
+) -> None:
+    try:
+        for result in static.check_versions(client, image):
+            report.add(f"static:{result.name}", result.ok, result.detail)
+        env = static.check_env(client, image)
+        report.add(f"static:{env.name}", env.ok, env.detail)
+        for result in static.check_serve_args(client, image, static.argv_sets(image, plans)):
+            report.add(f"static:{result.name}", result.ok, result.detail)
+    except RuntimeError as exc:
+        report.add("static:run-in-image", False, f"a check could not run inside the image: {exc}")
+
+
+def _live_probes(image: ImagePlan, args: list[str], report: ValidationReport, timeout_s: float) -> None:
+    report.gpu_probes_run = True
+    with running(image, args, uuid.uuid4().hex[:12]) as started:
+        step = "live:health"
+        try:
+            seconds = wait_healthy(started.base_url, started.name, timeout_s, started.state)
+            report.add(step, True, f"GET /health answered 200 after {seconds:.1f} s", seconds)
+            step = "live:models"
+            models = check_models(started.base_url, image.served_model_name)
+            report.add(step, True, f"/v1/models lists {models}")
+            step = "live:chat"
+            first = chat(started.base_url, image.served_model_name)
+            report.add(
+                step, True,
+                f"{first.completion_tokens} tokens, finish_reason {first.finish_reason}: {first.text[:80]!r}",
+                first.seconds,
+            )
+            step = "live:deterministic"
+            again = chat(started.base_url, image.served_model_name)
+            report.add(
+                step, again.text == first.text,
+                "same text twice at temperature 0 with a fixed seed"
+                if again.text == first.text
+                else f"temperature 0 and one seed gave two texts: {first.text!r} then {again.text!r}",
+            )
+        except ProbeFailure as exc:
+            report.add(step, False, str(exc))
+        except Exception as exc:  # a network error is a failed probe, not a crash
+            report.add(step, False, f"{type(exc).__name__}: {exc}")
+    time.sleep(0)  # the container is gone here: `running` removed it

@@ -1,0 +1,121 @@
+"""Checks inside an image that need no GPU: the installed vLLM is the pin, torch did not drift,
+the pinned environment is set, and vLLM's own parser accepts every generated serve command."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import docker
+
+from factory.engine import OWNER_LABEL
+from factory.plan import SETTINGS, ComposePlan, ImagePlan
+
+# Values for ${SETTINGS} when a node's command is only parsed, never run.
+EXAMPLE_SETTINGS = {"HEAD_ADDRESS": "10.0.0.1", "IFACE_NAME": "eth0"} | {
+    name: default for name, (default, _) in SETTINGS.items() if default
+}
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    ok: bool
+    detail: str
+
+
+def run_in_image(client: docker.DockerClient, image: str, command: list[str], env: dict[str, str]) -> str:
+    """Run a short command in a throwaway container and return its output; the container is removed.
+
+    Not `containers.run(remove=True)`: with a command that exits at once it sometimes returns empty
+    output on Engine 20.10 (seen here), so wait for the exit first and read the logs after."""
+    container = client.containers.create(
+        image, entrypoint=command[:1], command=command[1:], environment=env,
+        labels={OWNER_LABEL: "validate-static"}, network_disabled=True,
+    )
+    try:
+        container.start()
+        status = container.wait(timeout=600)
+        output = container.logs(stdout=True, stderr=True).decode(errors="replace")
+    finally:
+        container.remove(force=True)
+    if status.get("StatusCode") != 0:
+        raise RuntimeError(f"`{' '.join(command[:2])}` exited {status.get('StatusCode')}: {output.strip()[-2000:]}")
+    return output
+
+
+def installed_versions(client: docker.DockerClient, image: ImagePlan) -> dict[str, Any]:
+    output = run_in_image(client, image.reference, ["python3", "/usr/local/lib/factory/image_info.py"], {})
+    info: dict[str, Any] = json.loads(output.strip().splitlines()[-1])
+    return info
+
+
+def check_versions(client: docker.DockerClient, image: ImagePlan) -> list[CheckResult]:
+    info = installed_versions(client, image)
+    release = str(info.get("vllm") or "").split("+")[0]
+    results = [
+        CheckResult(
+            "vllm-version", release.startswith(image.vllm_version) and release.split(".post")[0] == image.vllm_version,
+            f"installed vLLM {info.get('vllm')}, pinned {image.vllm_version}",
+        )
+    ]
+    recorded = run_in_image(client, image.reference, ["cat", "/usr/local/lib/factory/versions.json"], {})
+    at_build = json.loads(recorded)
+    results.append(
+        CheckResult(
+            "no-drift", at_build.get("vllm") == info.get("vllm") and at_build.get("torch") == info.get("torch"),
+            f"vLLM {info.get('vllm')} and torch {info.get('torch')} now; {at_build} when our install step ended",
+        )
+    )
+    if image.install_kind == "vendor-image":
+        base = json.loads(
+            run_in_image(client, image.reference, ["cat", "/usr/local/lib/factory/base-versions.json"], {})
+        )
+        results.append(
+            CheckResult(
+                "vendor-versions-kept", base.get("vllm") == info.get("vllm") and base.get("torch") == info.get("torch"),
+                f"base image had {base}; image has {info}",
+            )
+        )
+    return results
+
+
+def check_env(client: docker.DockerClient, image: ImagePlan) -> CheckResult:
+    config_env = client.images.get(image.reference).attrs["Config"].get("Env") or []
+    present = dict(item.split("=", 1) for item in config_env if "=" in item)
+    missing = {k: v for k, v in image.env.items() if present.get(k) != v}
+    detail = f"wrong or missing: {missing}" if missing else f"set: {image.env or '(the recipe pins none)'}"
+    return CheckResult("pinned-env", not missing, detail)
+
+
+def argv_sets(image: ImagePlan, composes: list[ComposePlan]) -> dict[str, list[str]]:
+    """Every node's full serve command (entrypoint + compose command), with example settings filled in."""
+    sets = {"image-default": list(image.entrypoint_args)}
+    for plan in composes:
+        for role in plan.roles:
+            args = [_fill(arg) for arg in [*image.entrypoint_args, *role.args]]
+            sets[str(plan.directory / plan.file_name(role))] = args
+    return sets
+
+
+def _fill(arg: str) -> str:
+    for name, value in EXAMPLE_SETTINGS.items():
+        arg = arg.replace("${" + name + "}", str(value))
+    return arg
+
+
+def check_serve_args(
+    client: docker.DockerClient, image: ImagePlan, sets: dict[str, list[str]]
+) -> list[CheckResult]:
+    script = resources.files("factory.validate").joinpath("check_serve_args.py").read_text(encoding="utf-8")
+    output = run_in_image(
+        client, image.reference, ["python3", "-c", script], {"FACTORY_ARGV_SETS": json.dumps(sets)}
+    )
+    line = next(line for line in output.splitlines() if line.startswith("FACTORY-RESULT "))
+    parsed = json.loads(line.removeprefix("FACTORY-RESULT "))
+    return [
+        CheckResult(f"serve-args:{name}", bool(result["ok"]), result["error"] or "accepted by vLLM's parser")
+        for name, result in parsed.items()
+    ]
