@@ -18,6 +18,7 @@ PY = sys.executable
 # The model each hardware's build session builds: the first recipe, or the built-in default on the CPU.
 FIRST_RECIPE = "moonshotai/Kimi-Linear-48B-A3B-Instruct"
 DEFAULT_RECIPE = {"cpu": "factory/tiny-random-llama"}
+PROBES = {"cpu": "end to end: real vLLM serving, /health and a chat completion"}
 
 
 def factory(session: nox.Session, *args: str) -> None:
@@ -63,7 +64,7 @@ def _make_build_session(hardware: str) -> None:
         factory(session, "build", recipe, "--hardware", hardware, *session.posargs)
         factory(session, "validate", recipe, "--hardware", hardware, "--allow-no-gpu")
 
-    build.__doc__ = f"Build the {recipe} image for {hardware}, then validate it (GPU probes need a {hardware})."
+    build.__doc__ = f"Build the {recipe} image for {hardware}, then validate it ({PROBES.get(hardware, 'static checks; GPU probes need the GPU')})."
 
     @nox.session(name=f"validate-{hardware}", default=False)
     def validate(session: nox.Session) -> None:

@@ -17,7 +17,7 @@ def find_root(start: Path) -> Path:
         if (folder / "recipes" / "taxonomy.yaml").is_file() and (folder / "catalog").is_dir():
             return folder
     raise InputError(
-        "no factory project here: looked for recipes/taxonomy.yaml and catalog/ in this folder and its parents",
+        "no factory project here: looked for recipes/taxonomy.yaml and catalog/ here and above",
         file=start,
         hint="run inside the project, or pass --root",
     )
@@ -42,11 +42,15 @@ def cmd_generate(project: Project, args: argparse.Namespace) -> int:
     if args.check:
         problems = stale_outputs(project.root, files)
         if problems:
-            print("generated files are stale; run `factory generate` (or `nox -s generate`):", file=sys.stderr)
+            print(
+                "generated files are stale; run `factory generate` (or `nox -s generate`):", file=sys.stderr
+            )
             for problem in problems:
                 print(f"  {problem}", file=sys.stderr)
             return 1
-        print(f"up to date: {len(plans.images)} images, {len(plans.composes)} deployments, {len(files)} files")
+        print(
+            f"up to date: {len(plans.images)} images, {len(plans.composes)} deployments, {len(files)} files"
+        )
         return 0
     write_outputs(project.root, files)
     print(f"wrote {len(files)} files: {len(plans.images)} images, {len(plans.composes)} deployments")
@@ -101,7 +105,9 @@ def cmd_build(project: Project, args: argparse.Namespace) -> int:
     settings = load_settings(project.root, {"base_image": args.base_image})
     results = []
     for image in _select_images(project, args):
-        result = build_image(project, image, settings, backend=args.backend, echo=args.verbose or sys.stderr.isatty())
+        result = build_image(
+            project, image, settings, backend=args.backend, echo=args.verbose or sys.stderr.isatty()
+        )
         results.append(result)
         print(summary(result))
     write_report(results, args.report)
@@ -135,11 +141,15 @@ def cmd_validate(project: Project, args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="factory", description=__doc__)
-    parser.add_argument("--root", type=Path, help="the project folder (default: found from the current folder)")
+    parser.add_argument(
+        "--root", type=Path, help="the project folder (default: found from the current folder)"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     gen = sub.add_parser("generate", help="write images/ and compose/ from the recipes and the catalog")
-    gen.add_argument("--check", action="store_true", help="write nothing; fail if the committed files are stale")
+    gen.add_argument(
+        "--check", action="store_true", help="write nothing; fail if the committed files are stale"
+    )
     gen.add_argument("--nodes", type=int, default=2, help="node count for multi-node strategies (default 2)")
     gen.set_defaults(func=cmd_generate)
 
@@ -154,7 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
     lst = sub.add_parser("list", help="list every image the recipes and catalog define")
     lst.set_defaults(func=cmd_list)
 
-    build = sub.add_parser("build", help="build (and tag) the images of one model on one hardware, via BuildKit")
+    build = sub.add_parser(
+        "build", help="build (and tag) the images of one model on one hardware, via BuildKit"
+    )
     _add_target_args(build)
     build.add_argument("--base-image", help="build on this image instead of the target's base (a mirror)")
     build.add_argument("--backend", choices=["auto", "compose", "bake"], default="auto")
@@ -165,14 +177,19 @@ def build_parser() -> argparse.ArgumentParser:
     validate = sub.add_parser("validate", help="check a built image inside, then serve and probe it")
     _add_target_args(validate)
     validate.add_argument("--reports", type=Path, default=Path("reports"))
-    validate.add_argument("--health-timeout", type=float, help="seconds to wait for /health (default: from the recipe)")
     validate.add_argument(
-        "--allow-no-gpu", action="store_true",
+        "--health-timeout", type=float, help="seconds to wait for /health (default: from the recipe)"
+    )
+    validate.add_argument(
+        "--allow-no-gpu",
+        action="store_true",
         help="succeed with static checks alone where the GPU is absent (the image is then not publishable)",
     )
     validate.set_defaults(func=cmd_validate)
 
-    bench = sub.add_parser("testbench-settings", help="write .factory.local.toml for this machine (testbench/up)")
+    bench = sub.add_parser(
+        "testbench-settings", help="write .factory.local.toml for this machine (testbench/up)"
+    )
     bench.add_argument("--base-image", required=True)
     bench.add_argument("--output", type=Path, required=True)
     bench.set_defaults(func=cmd_testbench_settings)

@@ -10,7 +10,12 @@ from docker.errors import DockerException
 
 from factory.errors import DockerError
 
-ARCH_TO_PLATFORM = {"x86_64": "linux/amd64", "amd64": "linux/amd64", "aarch64": "linux/arm64", "arm64": "linux/arm64"}
+ARCH_TO_PLATFORM = {
+    "x86_64": "linux/amd64",
+    "amd64": "linux/amd64",
+    "aarch64": "linux/arm64",
+    "arm64": "linux/arm64",
+}
 # Everything the factory creates carries this label, so cleanup removes exactly what it made.
 OWNER_LABEL = "ai.vllm.factory.owner"
 

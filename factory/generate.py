@@ -38,7 +38,9 @@ def bundled_model_files(project: Project, image: ImagePlan) -> dict[str, bytes]:
     if not image.bundled_model_src:
         return {}
     folder = project.root / image.bundled_model_src
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
 
 
 def with_inputs_hash(project: Project, image: ImagePlan) -> ImagePlan:

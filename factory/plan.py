@@ -148,7 +148,8 @@ class ComposePlan(Frozen):
     def role_title(self, role: NodeRole) -> str:
         if self.nodes == 1:
             return "one node"
-        return f"node rank {role.rank} of {self.nodes} ({role.name}{', headless' if not role.serves_http else ''})"
+        headless = "" if role.serves_http else ", headless"
+        return f"node rank {role.rank} of {self.nodes} ({role.name}{headless})"
 
     @property
     def settings_used(self) -> dict[str, tuple[str | None, str]]:

@@ -24,13 +24,16 @@ def preflight(project: Project, image: ImagePlan) -> list[Finding]:
     install = project.catalog.installs[hardware.install]
     findings = []
     for coverage in install.arch_coverage:
-        if hardware.gpu_arch and coverage.covers_version(image.vllm_version) and (
-            hardware.gpu_arch not in coverage.archs
+        if (
+            hardware.gpu_arch
+            and coverage.covers_version(image.vllm_version)
+            and (hardware.gpu_arch not in coverage.archs)
         ):
             findings.append(
                 Finding(
                     "warning",
-                    f"{image.hardware} is {hardware.gpu_arch}, but vLLM {image.vllm_version}'s {install.torch_backend} "
+                    f"{image.hardware} is {hardware.gpu_arch}, but vLLM {image.vllm_version}'s "
+                    f"{install.torch_backend} "
                     f"build covers only {', '.join(coverage.archs)}: its kernels may fail on this GPU",
                     coverage.source,
                 )

@@ -18,7 +18,7 @@ def environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
-        autoescape=False,  # Dockerfiles and YAML, not HTML  # noqa: S701
+        autoescape=False,  # Dockerfiles and YAML, not HTML
     )
     env.filters["json"] = lambda value: json.dumps(value, ensure_ascii=False)
     return env
@@ -37,16 +37,20 @@ def render_dockerfile(image: ImagePlan) -> str:
 
 def render_compose(plan: ComposePlan, index: int) -> str:
     role = plan.roles[index]
-    return environment().get_template("compose.yaml.j2").render(
-        plan=plan,
-        image=plan.image,
-        role_title=plan.role_title(role),
-        file_name=plan.file_name(role),
-        project_name=plan.project_name(role),
-        command=[compose_interpolation(arg) for arg in role.args],
-        env={name: compose_interpolation(value) for name, value in plan.env.items()},
-        network=plan.network,
-        health="http" if role.serves_http else "none",
+    return (
+        environment()
+        .get_template("compose.yaml.j2")
+        .render(
+            plan=plan,
+            image=plan.image,
+            role_title=plan.role_title(role),
+            file_name=plan.file_name(role),
+            project_name=plan.project_name(role),
+            command=[compose_interpolation(arg) for arg in role.args],
+            env={name: compose_interpolation(value) for name, value in plan.env.items()},
+            network=plan.network,
+            health="http" if role.serves_http else "none",
+        )
     )
 
 

@@ -21,11 +21,16 @@ LOCAL_SETTINGS = ".factory.local.toml"
 
 class BuildSettings(Strict):
     base_image: str | None = Field(None, description="use this image instead of every target's upstream base")
-    ca_bundle: Path | None = Field(None, description="CA bundle for TLS-inspecting proxies (a BuildKit secret)")
-    pip_conf: Path | None = Field(None, description="a pip.conf with index URLs and credentials (a BuildKit secret)")
+    ca_bundle: Path | None = Field(
+        None, description="CA bundle for TLS-inspecting proxies (a BuildKit secret)"
+    )
+    pip_conf: Path | None = Field(
+        None, description="a pip.conf with index URLs and credentials (a BuildKit secret)"
+    )
     find_links: Path | None = Field(None, description="a folder of wheels pip may install from")
     pip_extra_index_url: str | None = Field(
-        None, description="replaces the catalog's extra index (\"\" for none); not for credentials: use pip_conf"
+        None,
+        description='replaces the catalog\'s extra index ("" for none); not for credentials: use pip_conf',
     )
     registry: str | None = Field(None, description="registry host[:port] that image names are prefixed with")
 
@@ -52,7 +57,11 @@ def load_settings(root: Path, overrides: dict[str, object] | None = None) -> Bui
         unknown = set(build) - set(BuildSettings.model_fields)
         if unknown:
             raise InputError(
-                "unknown setting", file=path, field="build", value=sorted(unknown)[0], valid=BuildSettings.model_fields
+                "unknown setting",
+                file=path,
+                field="build",
+                value=sorted(unknown)[0],
+                valid=BuildSettings.model_fields,
             )
         values.update(build)
     for field, env_name in ENV_NAMES.items():
@@ -64,7 +73,10 @@ def load_settings(root: Path, overrides: dict[str, object] | None = None) -> Bui
         value = getattr(settings, field)
         if value is not None and not value.exists():
             raise InputError(
-                "this path does not exist", file=path if path.is_file() else None, field=field, value=str(value)
+                "this path does not exist",
+                file=path if path.is_file() else None,
+                field=field,
+                value=str(value),
             )
     return settings
 
@@ -79,11 +91,20 @@ def write_testbench_settings(path: Path, base_image: str) -> None:
     ]
     ca_bundle = os.environ.get("PIP_CERT") or os.environ.get("SSL_CERT_FILE")
     if ca_bundle and Path(ca_bundle).is_file():
-        lines += ["# The TLS-inspecting proxy's CA bundle, passed to pip as a BuildKit secret.", f'ca_bundle = "{ca_bundle}"']
+        lines += [
+            "# The TLS-inspecting proxy's CA bundle, passed to pip as a BuildKit secret.",
+            f'ca_bundle = "{ca_bundle}"',
+        ]
     find_links = os.environ.get("PIP_FIND_LINKS")
     if find_links and Path(find_links).is_dir():
-        lines += ["# Wheels on this machine that no index serves (the +cpu torch).", f'find_links = "{find_links}"']
-        lines += ["# The PyTorch CPU index is unreachable here; the +cpu torch comes from find_links.", 'pip_extra_index_url = ""']
+        lines += [
+            "# Wheels on this machine that no index serves (the +cpu torch).",
+            f'find_links = "{find_links}"',
+        ]
+        lines += [
+            "# The PyTorch CPU index is unreachable here; the +cpu torch comes from find_links.",
+            'pip_extra_index_url = ""',
+        ]
     tmp = path.with_suffix(".tmp")
     tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
     tmp.replace(path)

@@ -8,7 +8,14 @@ from factory.plan import ComposePlan, ImagePlan, NodeRole
 
 DOCKER_DEVICE_FLAGS = {
     "nvidia": ["--gpus", "all"],
-    "amd": ["--device=/dev/kfd", "--device=/dev/dri", "--security-opt", "seccomp=unconfined", "--group-add", "video"],
+    "amd": [
+        "--device=/dev/kfd",
+        "--device=/dev/dri",
+        "--security-opt",
+        "seccomp=unconfined",
+        "--group-add",
+        "video",
+    ],
     "cpu": [],
 }
 
@@ -38,7 +45,7 @@ def serve_command(plan: ComposePlan, role: NodeRole) -> str:
     model = args[1]  # entrypoint args start with --model <weights>
     rest = args[2:] + role.args
     exports = [f"export {k}={_quote(v)}" for k, v in {**image.env, **plan.env}.items()]
-    words = ["vllm serve " + shlex.quote(model)] + _pairs(rest)
+    words = ["vllm serve " + shlex.quote(model), *_pairs(rest)]
     return "\n".join([*exports, _lines(words)])
 
 
@@ -46,9 +53,17 @@ def docker_run(plan: ComposePlan, role: NodeRole) -> str:
     image = plan.image
     network = ["--network", "host"] if plan.host_network else ["-p", "127.0.0.1:8000:8000"]
     env = [f"-e {k}={_quote(v)}" for k, v in plan.env.items()]
-    head = ["docker run --rm", *DOCKER_DEVICE_FLAGS[image.vendor], "--ipc=host", *network, *env,
-            "-v ~/.cache/huggingface:/root/.cache/huggingface", "-e HF_TOKEN", image.reference]
-    return _lines([" ".join(head)] + _pairs(role.args))
+    head = [
+        "docker run --rm",
+        *DOCKER_DEVICE_FLAGS[image.vendor],
+        "--ipc=host",
+        *network,
+        *env,
+        "-v ~/.cache/huggingface:/root/.cache/huggingface",
+        "-e HF_TOKEN",
+        image.reference,
+    ]
+    return _lines([" ".join(head), *_pairs(role.args)])
 
 
 def _pairs(args: list[str]) -> list[str]:
@@ -75,7 +90,14 @@ def render_show(plan: ComposePlan, findings: list[str]) -> str:
     ]
     for role in plan.roles:
         title = "" if plan.nodes == 1 else f" — {plan.role_title(role)}"
-        out += [f"## Serve{title}", serve_command(plan, role), "", f"## Docker{title}", docker_run(plan, role), ""]
+        out += [
+            f"## Serve{title}",
+            serve_command(plan, role),
+            "",
+            f"## Docker{title}",
+            docker_run(plan, role),
+            "",
+        ]
     out += ["## Compose", *(f"{plan.directory / plan.file_name(role)}" for role in plan.roles)]
     if plan.settings_used:
         out.append(f"{plan.directory / '.env.example'}  (settings: {', '.join(plan.settings_used)})")

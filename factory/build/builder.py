@@ -5,6 +5,7 @@ image it produced, and the temporary tag is removed either way."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tempfile
 import time
@@ -98,10 +99,8 @@ def _check_base_image(client: docker.DockerClient, base: str) -> None:
 
 
 def _untag(client: docker.DockerClient, reference: str) -> None:
-    try:
+    with contextlib.suppress(ImageNotFound):
         client.images.remove(reference, noprune=True)
-    except ImageNotFound:
-        pass
 
 
 def write_report(results: list[BuildResult], path: Path) -> None:

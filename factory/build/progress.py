@@ -40,5 +40,5 @@ class BuildLog:
         if self.error_step is None:
             return "\n".join(self.lines[-tail:])
         prefix = f"#{self.error_step} "
-        step_log = [line[len(prefix):] for line in self.lines if line.startswith(prefix)]
+        step_log = [line[len(prefix) :] for line in self.lines if line.startswith(prefix)]
         return "\n".join([f"step {self.steps.get(self.error_step, '?')}", *step_log[-tail:]])

@@ -14,19 +14,27 @@ def load_catalog(path: Path) -> Catalog:
     for name, hardware in catalog.hardware.items():
         if hardware.install not in catalog.installs:
             raise InputError(
-                "unknown install", file=path, field=f"hardware.{name}.install", value=hardware.install,
+                "unknown install",
+                file=path,
+                field=f"hardware.{name}.install",
+                value=hardware.install,
                 valid=catalog.installs,
             )
         install = catalog.installs[hardware.install]
         if install.kind == "pip" and hardware.base_image is None:
             raise InputError(
-                "a pip install needs a base image", file=path, field=f"hardware.{name}.base_image",
+                "a pip install needs a base image",
+                file=path,
+                field=f"hardware.{name}.base_image",
             )
     for model_id, names in catalog.only_hardware.items():
         for index, name in enumerate(names):
             if name not in catalog.hardware:
                 raise InputError(
-                    "unknown hardware", file=path, field=f"only_hardware.{model_id}[{index}]", value=name,
+                    "unknown hardware",
+                    file=path,
+                    field=f"only_hardware.{model_id}[{index}]",
+                    value=name,
                     valid=catalog.hardware,
                 )
     return catalog

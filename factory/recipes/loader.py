@@ -58,7 +58,10 @@ def load_tree(root: Path) -> RecipeTree:
         strategy = load_model(Strategy, path)
         if strategy.name != path.stem:
             raise InputError(
-                "the strategy's name must match its file name", file=path, field="name", value=strategy.name,
+                "the strategy's name must match its file name",
+                file=path,
+                field="name",
+                value=strategy.name,
                 valid=[path.stem],
             )
         strategies[strategy.name] = strategy
@@ -98,7 +101,10 @@ def _check_references(recipe: Recipe, path: Path, tree: RecipeTree) -> None:
     _each_known(recipe.hardware_overrides, keys, path, "hardware_overrides", "hardware, brand or generation")
     for name, variant in recipe.variants.items():
         _each_known(
-            variant.hardware_overrides, keys, path, f"variants.{name}.hardware_overrides",
+            variant.hardware_overrides,
+            keys,
+            path,
+            f"variants.{name}.hardware_overrides",
             "hardware, brand or generation",
         )
     _each_known(recipe.opt_in_features, set(recipe.features), path, "opt_in_features", "feature")

@@ -12,12 +12,12 @@ from typing import Any
 # factory removes what it starts itself (and labels it, so a crash can be cleaned up by label).
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
-from docker.types import DeviceRequest  # noqa: E402
-from testcontainers.core.container import DockerContainer  # noqa: E402
+from docker.types import DeviceRequest
+from testcontainers.core.container import DockerContainer
 
-from factory.engine import OWNER_LABEL  # noqa: E402
-from factory.plan import ImagePlan  # noqa: E402
-from factory.validate.probes import ContainerState  # noqa: E402
+from factory.engine import OWNER_LABEL
+from factory.plan import ImagePlan
+from factory.validate.probes import ContainerState
 
 API_PORT = 8000
 
@@ -51,7 +51,9 @@ def gpu_run_options(image: ImagePlan) -> dict[str, Any]:
 
 
 @contextmanager
-def running(image: ImagePlan, args: list[str], run_id: str, env: dict[str, str] | None = None) -> Iterator[Started]:
+def running(
+    image: ImagePlan, args: list[str], run_id: str, env: dict[str, str] | None = None
+) -> Iterator[Started]:
     local_engine = os.environ.get("DOCKER_HOST", "unix://").startswith("unix://")
     container = (
         DockerContainer(image.reference)
@@ -70,9 +72,9 @@ def running(image: ImagePlan, args: list[str], run_id: str, env: dict[str, str] 
     try:
         container.start()
         # testcontainers may answer the bridge gateway; the port is bound on loopback here.
-        host = "127.0.0.1" if local_engine else container.get_container_host_ip()
+        host = "127.0.0.1" if local_engine else str(container.get_container_host_ip())
         port = container.get_exposed_port(API_PORT)
-        name = container.get_wrapped_container().name
+        name = str(container.get_wrapped_container().name)
         yield Started(container, f"http://{host}:{port}", name)
     finally:
         container.stop(force=True, delete_volume=True)

@@ -66,7 +66,8 @@ def wait_healthy(
         last_error = f"HTTP {response.status_code}"
         time.sleep(poll_s)
     raise ProbeFailure(
-        f"timed out after {timeout_s:.0f} s: {url} of container {name} never answered 200 (last: {last_error});"
+        f"timed out after {timeout_s:.0f} s: {url} of container {name} never answered 200"
+        f" (last: {last_error});"
         f" its last log lines:\n{state().logs_tail}"
     )
 
@@ -108,14 +109,20 @@ def parse_chat(body: dict[str, Any], seconds: float = 0.0) -> ChatResult:
         raise ProbeFailure(f"chat answer: choices[0].message.content is {text!r}, expected non-empty text")
     finish_reason = choice.get("finish_reason")
     if not finish_reason:
-        raise ProbeFailure(f"chat answer: choices[0].finish_reason is {finish_reason!r}, expected e.g. 'stop'")
+        raise ProbeFailure(
+            f"chat answer: choices[0].finish_reason is {finish_reason!r}, expected e.g. 'stop'"
+        )
     usage = body.get("usage") or {}
-    prompt, completion, total = (usage.get(key) for key in ("prompt_tokens", "completion_tokens", "total_tokens"))
+    prompt, completion, total = (
+        usage.get(key) for key in ("prompt_tokens", "completion_tokens", "total_tokens")
+    )
     if not all(isinstance(value, int) and value > 0 for value in (prompt, completion, total)):
         raise ProbeFailure(f"chat answer: 'usage' is {usage!r}, expected positive token counts")
     assert isinstance(prompt, int) and isinstance(completion, int)
     if total != prompt + completion:
-        raise ProbeFailure(f"chat answer: usage.total_tokens {total} != prompt {prompt} + completion {completion}")
+        raise ProbeFailure(
+            f"chat answer: usage.total_tokens {total} != prompt {prompt} + completion {completion}"
+        )
     return ChatResult(text, str(finish_reason), prompt, completion, seconds)
 
 

@@ -28,7 +28,9 @@ class ValidationReport:
 
     @property
     def passed(self) -> bool:
-        return all(case.status != "failed" for case in self.cases) and any(c.status == "passed" for c in self.cases)
+        return all(case.status != "failed" for case in self.cases) and any(
+            c.status == "passed" for c in self.cases
+        )
 
     @property
     def fully_validated(self) -> bool:
@@ -56,12 +58,14 @@ def write_junit(report: ValidationReport, path: Path) -> None:
         skipped=str(sum(case.status == "skipped" for case in report.cases)),
     )
     for case in report.cases:
-        element = ET.SubElement(suite, "testcase", classname=report.image, name=case.name, time=str(case.seconds))
+        element = ET.SubElement(
+            suite, "testcase", classname=report.image, name=case.name, time=str(case.seconds)
+        )
         if case.status == "failed":
             ET.SubElement(element, "failure", message=case.detail[:200]).text = case.detail
         elif case.status == "skipped":
             ET.SubElement(element, "skipped", message=case.detail)
-    _atomic_write(path, ET.tostring(ET.ElementTree(suite).getroot(), encoding="unicode") + "\n")
+    _atomic_write(path, ET.tostring(suite, encoding="unicode") + "\n")
 
 
 def record_path(records: Path, image_id: str) -> Path:

@@ -37,7 +37,9 @@ def gpu_access(image: ImagePlan, facts: EngineFacts) -> GpuAccess:
     if image.vendor == "nvidia":
         if facts.has_nvidia_runtime:
             return GpuAccess(True, "the engine has the NVIDIA container runtime")
-        return GpuAccess(False, f"the engine has no NVIDIA container runtime (runtimes: {', '.join(facts.runtimes)})")
+        return GpuAccess(
+            False, f"the engine has no NVIDIA container runtime (runtimes: {', '.join(facts.runtimes)})"
+        )
     local = os.environ.get("DOCKER_HOST", "unix://").startswith("unix://")
     if (local and Path("/dev/kfd").exists()) or os.environ.get("FACTORY_AMD_GPUS") == "1":
         return GpuAccess(True, "/dev/kfd is present")
@@ -68,7 +70,9 @@ def validate_image(
             f"{image.reference} is not built on this engine\n"
             f"  hint: factory build {image.model_id} --hardware {image.hardware}"
         ) from None
-    report = ValidationReport(image.reference, image_id, image.hardware, image.vllm_version, image.inputs_hash)
+    report = ValidationReport(
+        image.reference, image_id, image.hardware, image.vllm_version, image.inputs_hash
+    )
     plans = deployments(project, image)
     _static_checks(client, image, plans, report)
     access = gpu_access(image, facts)
@@ -115,14 +119,16 @@ def _live_probes(image: ImagePlan, args: list[str], report: ValidationReport, ti
             step = "live:chat"
             first = chat(started.base_url, image.served_model_name)
             report.add(
-                step, True,
+                step,
+                True,
                 f"{first.completion_tokens} tokens, finish_reason {first.finish_reason}: {first.text[:80]!r}",
                 first.seconds,
             )
             step = "live:deterministic"
             again = chat(started.base_url, image.served_model_name)
             report.add(
-                step, again.text == first.text,
+                step,
+                again.text == first.text,
                 "same text twice at temperature 0 with a fixed seed"
                 if again.text == first.text
                 else f"temperature 0 and one seed gave two texts: {first.text!r} then {again.text!r}",

@@ -32,17 +32,23 @@ def run_in_image(client: docker.DockerClient, image: str, command: list[str], en
     Not `containers.run(remove=True)`: with a command that exits at once it sometimes returns empty
     output on Engine 20.10 (seen here), so wait for the exit first and read the logs after."""
     container = client.containers.create(
-        image, entrypoint=command[:1], command=command[1:], environment=env,
-        labels={OWNER_LABEL: "validate-static"}, network_disabled=True,
+        image,
+        entrypoint=command[:1],
+        command=command[1:],
+        environment=env,
+        labels={OWNER_LABEL: "validate-static"},
+        network_disabled=True,
     )
     try:
         container.start()
         status = container.wait(timeout=600)
-        output = container.logs(stdout=True, stderr=True).decode(errors="replace")
+        output = bytes(container.logs(stdout=True, stderr=True)).decode(errors="replace")
     finally:
         container.remove(force=True)
     if status.get("StatusCode") != 0:
-        raise RuntimeError(f"`{' '.join(command[:2])}` exited {status.get('StatusCode')}: {output.strip()[-2000:]}")
+        raise RuntimeError(
+            f"`{' '.join(command[:2])}` exited {status.get('StatusCode')}: {output.strip()[-2000:]}"
+        )
     return output
 
 
@@ -57,7 +63,8 @@ def check_versions(client: docker.DockerClient, image: ImagePlan) -> list[CheckR
     release = str(info.get("vllm") or "").split("+")[0]
     results = [
         CheckResult(
-            "vllm-version", release.startswith(image.vllm_version) and release.split(".post")[0] == image.vllm_version,
+            "vllm-version",
+            release.split(".post")[0] == image.vllm_version,
             f"installed vLLM {info.get('vllm')}, pinned {image.vllm_version}",
         )
     ]
@@ -65,7 +72,8 @@ def check_versions(client: docker.DockerClient, image: ImagePlan) -> list[CheckR
     at_build = json.loads(recorded)
     results.append(
         CheckResult(
-            "no-drift", at_build.get("vllm") == info.get("vllm") and at_build.get("torch") == info.get("torch"),
+            "no-drift",
+            at_build.get("vllm") == info.get("vllm") and at_build.get("torch") == info.get("torch"),
             f"vLLM {info.get('vllm')} and torch {info.get('torch')} now; {at_build} when our install step ended",
         )
     )
@@ -75,7 +83,8 @@ def check_versions(client: docker.DockerClient, image: ImagePlan) -> list[CheckR
         )
         results.append(
             CheckResult(
-                "vendor-versions-kept", base.get("vllm") == info.get("vllm") and base.get("torch") == info.get("torch"),
+                "vendor-versions-kept",
+                base.get("vllm") == info.get("vllm") and base.get("torch") == info.get("torch"),
                 f"base image had {base}; image has {info}",
             )
         )

@@ -14,6 +14,7 @@ import json
 import platform
 import re
 import sys
+from pathlib import Path
 
 
 def installed(*names: str) -> str | None:
@@ -46,15 +47,13 @@ def main() -> int:
         print(f"image_info: vLLM is {info['vllm']}, the pin is {args.expect_vllm}", file=sys.stderr)
         return 1
     if args.same_as:
-        with open(args.same_as, encoding="utf-8") as handle:
-            base = json.load(handle)
+        base = json.loads(Path(args.same_as).read_text(encoding="utf-8"))
         for name in ("vllm", "torch"):
             if base[name] != info[name]:
                 print(f"image_info: {name} drifted from {base[name]} to {info[name]}", file=sys.stderr)
                 return 1
     if args.record:
-        with open(args.record, "w", encoding="utf-8") as handle:
-            json.dump(info, handle)
+        Path(args.record).write_text(json.dumps(info), encoding="utf-8")
     print(json.dumps(info))
     return 0
 
