@@ -64,7 +64,8 @@ def _make_build_session(hardware: str) -> None:
         factory(session, "build", recipe, "--hardware", hardware, *session.posargs)
         factory(session, "validate", recipe, "--hardware", hardware, "--allow-no-gpu")
 
-    build.__doc__ = f"Build the {recipe} image for {hardware}, then validate it ({PROBES.get(hardware, 'static checks; GPU probes need the GPU')})."
+    probes = PROBES.get(hardware, "static checks; GPU probes need the GPU")
+    build.__doc__ = f"Build the {recipe} image for {hardware}, then validate it ({probes})."
 
     @nox.session(name=f"validate-{hardware}", default=False)
     def validate(session: nox.Session) -> None:

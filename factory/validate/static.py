@@ -74,7 +74,7 @@ def check_versions(client: docker.DockerClient, image: ImagePlan) -> list[CheckR
         CheckResult(
             "no-drift",
             at_build.get("vllm") == info.get("vllm") and at_build.get("torch") == info.get("torch"),
-            f"vLLM {info.get('vllm')} and torch {info.get('torch')} now; {at_build} when our install step ended",
+            f"vLLM {info.get('vllm')} and torch {info.get('torch')} now; {at_build} after our install step",
         )
     )
     if image.install_kind == "vendor-image":
