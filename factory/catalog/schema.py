@@ -36,6 +36,12 @@ class PublishedImage(Sourced):
     python: str
 
 
+class WheelsFrom(Sourced):
+    """The first vLLM version a wheel index serves for this install."""
+
+    version: str
+
+
 class TorchPin(Sourced):
     vllm: str
     requirement: str  # e.g. "torch==2.13.0+cpu"
@@ -56,7 +62,7 @@ class Install(Strict):
     remove_packages_reason: str | None = None
     images: list[PublishedImage] = []
     arch_coverage: list[ArchCoverage] = []
-    min_vllm: Sourced | None = None
+    wheels_from: WheelsFrom | None = None
     notes: list[Sourced] = []
 
 

@@ -1,0 +1,88 @@
+"""Shared fixtures: the project, a scratch copy of it to break, the CLI, and the Docker Engine."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+
+import docker  # noqa: E402
+
+from factory.engine import OWNER_LABEL  # noqa: E402
+from factory.project import Project, load_project  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures"
+KIMI = "moonshotai/Kimi-Linear-48B-A3B-Instruct"
+TINY = "factory/tiny-random-llama"
+
+
+@pytest.fixture(scope="session")
+def project() -> Project:
+    return load_project(ROOT)
+
+
+@pytest.fixture
+def scratch(tmp_path: Path) -> Path:
+    """A copy of the project's data and generated files, for tests that change or break them."""
+    for name in ("recipes", "catalog", "images", "compose"):
+        shutil.copytree(ROOT / name, tmp_path / name)
+    return tmp_path
+
+
+def run_factory(
+    root: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "factory", "--root", str(root), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        check=False,
+        timeout=1800,
+    )
+
+
+def tree_snapshot(root: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for top in ("images", "compose")
+        for p in sorted((root / top).rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> docker.DockerClient:
+    try:
+        client = docker.from_env(timeout=600)
+        client.ping()
+    except Exception as exc:
+        message = f"no Docker Engine reachable ({exc}); testbench/up starts one"
+        if os.environ.get("CI") or os.environ.get("FACTORY_REQUIRE_DOCKER"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return client
+
+
+def factory_containers(client: docker.DockerClient) -> set[str]:
+    return {c.id for c in client.containers.list(all=True, filters={"label": OWNER_LABEL})}
+
+
+@pytest.fixture
+def no_leftovers(docker_client: docker.DockerClient) -> Iterator[None]:
+    """Whatever the test does, it must leave no container of the factory's behind."""
+    before = factory_containers(docker_client)
+    networks_before = {n.id for n in docker_client.networks.list()}
+    yield
+    left = factory_containers(docker_client) - before
+    new_networks = {n.id for n in docker_client.networks.list()} - networks_before
+    assert not left, f"containers left behind: {left}"
+    assert not new_networks, f"networks left behind: {new_networks}"

@@ -1,0 +1,85 @@
+"""Every generated Dockerfile passes hadolint; every compose file passes the real `docker compose config`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from factory.tools import compose_binary, hadolint_binary
+from tests.conftest import ROOT
+
+DOCKERFILES = sorted(ROOT.glob("images/**/Dockerfile"))
+COMPOSE_FILES = sorted(ROOT.glob("compose/**/*compose.yaml"))
+# Values a user would put in .env; the AMD files need the host's render group id.
+COMPOSE_ENV = {"HEAD_ADDRESS": "10.0.0.1", "IFACE_NAME": "eth0", "RENDER_GID": "109"}
+# Rules hadolint is told to skip, and why (the Dockerfiles also say so where they apply):
+# DL3008 apt versions unpinned: the base image's distribution pins them; DL3042 pip cache: a BuildKit
+# cache mount holds it, never a layer.
+HADOLINT_IGNORED_INLINE = {"DL3008", "DL3042"}
+
+
+def tool(name: str) -> str:
+    return str(compose_binary() if name == "docker-compose" else hadolint_binary())
+
+
+def test_there_is_something_to_check() -> None:
+    assert len(DOCKERFILES) >= 12 and len(COMPOSE_FILES) >= 60
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: str(p.parent.relative_to(ROOT)))
+def test_hadolint(dockerfile: Path) -> None:
+    result = subprocess.run(
+        [tool("hadolint"), "--format", "json", str(dockerfile)], capture_output=True, text=True, check=False
+    )
+    findings = json.loads(result.stdout or "[]")
+    assert findings == [], findings
+    ignores = {
+        line.split("=", 1)[1] for line in dockerfile.read_text().splitlines() if "hadolint ignore=" in line
+    }
+    assert ignores <= HADOLINT_IGNORED_INLINE
+
+
+@pytest.mark.parametrize("compose_file", COMPOSE_FILES, ids=lambda p: str(p.relative_to(ROOT / "compose")))
+def test_docker_compose_config(compose_file: Path) -> None:
+    result = subprocess.run(
+        [tool("docker-compose"), "-f", str(compose_file), "config", "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", **COMPOSE_ENV},
+    )
+    assert result.returncode == 0, result.stderr
+    service = json.loads(result.stdout)["services"]["vllm"]
+    assert service["ipc"] == "host"
+    assert service["ulimits"]["memlock"] in (-1, {"soft": -1, "hard": -1})
+    if "network_mode" not in service:
+        assert service["ports"][0]["host_ip"] == "127.0.0.1", "the API is published on loopback by default"
+    command = " ".join(service["command"])
+    assert "auto" not in command.split()
+    hardware = compose_file.relative_to(ROOT / "compose").parts[1].split("-")[0]
+    if hardware.startswith("mi"):
+        assert {d["source"] for d in service["devices"]} == {"/dev/kfd", "/dev/dri"}
+        assert "video" in service["group_add"] and "109" in service["group_add"]
+        assert "seccomp=unconfined" in service["security_opt"]
+    elif hardware != "cpu":
+        devices = service["deploy"]["resources"]["reservations"]["devices"]
+        assert devices[0]["driver"] == "nvidia" and devices[0]["capabilities"] == ["gpu"]
+    raw = yaml.safe_load(compose_file.read_text())["services"]["vllm"]
+    assert raw["environment"]["HF_TOKEN"] == "${HF_TOKEN:-}", "the token comes from the shell, never the file"
+
+
+def test_missing_head_address_fails_with_a_message() -> None:
+    head = next(p for p in COMPOSE_FILES if p.name == "head.compose.yaml")
+    result = subprocess.run(
+        [tool("docker-compose"), "-f", str(head), "config"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "IFACE_NAME": "eth0"},
+    )
+    assert result.returncode != 0
+    assert "set HEAD_ADDRESS" in result.stderr

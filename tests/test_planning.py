@@ -1,0 +1,165 @@
+"""What the factory computes: serve arguments in the site's order, parallel sizes, multi-node flags."""
+
+from __future__ import annotations
+
+import pytest
+
+from factory.errors import InputError, RefusedError
+from factory.planner import plan_all, plan_compose, plan_image
+from factory.preflight import preflight
+from factory.recipes.loader import load_tree
+from factory.recipes.schema import Dependency
+from factory.serve_args import flatten, resolve
+from tests.conftest import FIXTURES, KIMI, TINY
+
+SEED_HARDWARE = ["h100", "h200", "b200", "gb200", "b300", "gb300", "mi300x", "mi325x", "mi350x", "mi355x"]
+SEED_STRATEGIES = ["single_node_tp", "multi_node_tp", "multi_node_tp_pp", "multi_node_tep", "multi_node_dep"]
+
+
+def kimi(project, hardware: str):  # type: ignore[no-untyped-def]
+    return plan_image(project, project.tree.recipe(KIMI), hardware, "default")
+
+
+def test_every_seed_hardware_and_strategy_plus_cpu_is_planned(project) -> None:  # type: ignore[no-untyped-def]
+    plans = plan_all(project)
+    kimi_images = {image.hardware for image in plans.images if image.model_id == KIMI}
+    assert kimi_images == {*SEED_HARDWARE, "cpu"}
+    deployments = {(c.image.hardware, c.strategy) for c in plans.composes if c.image.model_id == KIMI}
+    assert deployments == {(hw, s) for hw in [*SEED_HARDWARE, "cpu"] for s in SEED_STRATEGIES}
+    assert {image.hardware for image in plans.images if image.model_id == TINY} == {"cpu"}
+
+
+def test_h200_serves_the_seed_command_with_tp_equal_to_gpus(project) -> None:  # type: ignore[no-untyped-def]
+    image = kimi(project, "h200")
+    assert image.entrypoint_args == ["--model", KIMI, "--trust-remote-code", "--max-model-len", "1048576"]
+    assert image.env == {}
+    single = plan_compose(project, image, "single_node_tp", 1)
+    assert single.roles[0].args == ["--tensor-parallel-size", "8"]
+    assert image.base_image == "nvidia/cuda:12.8.1-devel-ubuntu22.04"
+    assert image.pip_requirements == ["vllm==0.11.2"]
+
+
+def test_amd_gets_its_override_and_the_vendor_image(project) -> None:  # type: ignore[no-untyped-def]
+    image = kimi(project, "mi300x")
+    assert image.env == {"SAFETENSORS_FAST_GPU": "1"}
+    assert image.entrypoint_args[-1] == "--no-enable-prefix-caching"
+    assert "auto" not in image.entrypoint_args
+    assert image.base_image == "rocm/vllm:rocm7.0.0_vllm_0.11.2_20251210"
+    assert image.install_kind == "vendor-image"
+    assert kimi(project, "h200").env == {}
+
+
+def test_grace_trays_are_arm64_and_four_gpus(project) -> None:  # type: ignore[no-untyped-def]
+    for hardware in ("gb200", "gb300"):
+        image = kimi(project, hardware)
+        assert image.platform == "linux/arm64"
+        assert plan_compose(project, image, "single_node_tp", 1).roles[0].args == [
+            "--tensor-parallel-size",
+            "4",
+        ]
+
+
+def test_multi_node_flags_per_strategy(project) -> None:  # type: ignore[no-untyped-def]
+    image = kimi(project, "h200")
+    rendezvous = [
+        "--distributed-executor-backend",
+        "mp",
+        "--nnodes",
+        "2",
+        "--master-addr",
+        "${HEAD_ADDRESS}",
+        "--master-port",
+        "${MASTER_PORT}",
+    ]
+    tp = plan_compose(project, image, "multi_node_tp", 2)
+    assert tp.roles[0].args == ["--tensor-parallel-size", "16", *rendezvous, "--node-rank", "0"]
+    assert tp.roles[1].args == ["--tensor-parallel-size", "16", *rendezvous, "--node-rank", "1", "--headless"]
+    assert [role.serves_http for role in tp.roles] == [True, False]
+    pp = plan_compose(project, image, "multi_node_tp_pp", 2)
+    assert pp.roles[1].args[:4] == ["--tensor-parallel-size", "8", "--pipeline-parallel-size", "2"]
+    tep = plan_compose(project, image, "multi_node_tep", 2)
+    assert tep.roles[0].args[:3] == ["--enable-expert-parallel", "--tensor-parallel-size", "16"]
+    dep = plan_compose(project, image, "multi_node_dep", 2)
+    assert dep.roles[1].args == [
+        "--enable-expert-parallel",
+        "--data-parallel-hybrid-lb",
+        "--data-parallel-size",
+        "16",
+        "--data-parallel-size-local",
+        "8",
+        "--data-parallel-address",
+        "${HEAD_ADDRESS}",
+        "--data-parallel-rpc-port",
+        "${DP_RPC_PORT}",
+        "--data-parallel-start-rank",
+        "8",
+    ]
+    assert all(role.serves_http for role in dep.roles), "hybrid load balancing: every node serves HTTP"
+    assert dep.env == {"GLOO_SOCKET_IFNAME": "${IFACE_NAME}", "NCCL_SOCKET_IFNAME": "${IFACE_NAME}"}
+    assert set(dep.settings_used) == {"HEAD_ADDRESS", "DP_RPC_PORT", "IFACE_NAME"}
+
+
+def test_multi_node_bad_input(project) -> None:  # type: ignore[no-untyped-def]
+    image = kimi(project, "h200")
+    with pytest.raises(InputError, match="needs 2 nodes or more"):
+        plan_compose(project, image, "multi_node_tp", 1)
+    with pytest.raises(InputError, match="runs on one node"):
+        plan_compose(project, image, "single_node_tp", 2)
+    with pytest.raises(InputError, match="unknown strategy"):
+        plan_compose(project, image, "multi_node_tpp", 2)
+    tiny = plan_image(project, project.tree.recipe(TINY), "cpu", "default")
+    with pytest.raises(InputError, match="does not list this strategy"):
+        plan_compose(project, tiny, "multi_node_tp", 2)
+
+
+def test_later_parts_win_duplicate_flags() -> None:
+    flags = resolve(
+        [
+            ("base", ["--max-model-len", "1000", "--enable-prefix-caching"]),
+            ("strategy", ["--tensor-parallel-size", "8"]),
+            ("hardware", ["--no-enable-prefix-caching", "--max-model-len=2000"]),
+        ]
+    )
+    assert flatten(flags) == [
+        "--tensor-parallel-size",
+        "8",
+        "--no-enable-prefix-caching",
+        "--max-model-len=2000",
+    ]
+
+
+def test_upstream_schema_overrides_apply_in_order(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from factory.project import Project, load_project
+
+    real = load_project(__import__("tests.conftest", fromlist=["ROOT"]).ROOT)
+    project = Project(tmp_path, load_tree(FIXTURES / "upstream-schema"), real.catalog)
+    moe = project.tree.recipe("acme/Moe-Agent-1T")
+    b300 = plan_image(project, moe, "b300", "nvfp4")
+    # variant model, blackwell generation override, default-on features (text_only is opt-in)
+    assert b300.weights == "acme/Moe-Agent-1T-NVFP4"
+    assert "--attention-config" in b300.entrypoint_args
+    assert "--language-model-only" not in b300.entrypoint_args
+    assert "--mm-encoder-tp-mode" in b300.entrypoint_args
+    assert b300.env == {"VLLM_USE_FLASHINFER_MOE_FP4": "1"}
+    gb200 = plan_image(project, moe, "gb200", "default")
+    assert "--mm-encoder-tp-mode" not in gb200.entrypoint_args, "opt-in on gb200"
+    with pytest.raises(RefusedError, match="does not build ROCm images from the wheel index yet"):
+        plan_image(project, moe, "mi300x", "default")
+    small = project.tree.recipe("example/small-moe-it")
+    with pytest.raises(InputError, match="no exact vLLM pin"):  # like upstream: `dependencies: []`
+        plan_image(project, small, "h200", "default")
+    pin = Dependency(command="pip install vllm==0.19.1")
+    pinned = type(small)(small.recipe.model_copy(update={"dependencies": [pin]}), small.path, None)
+    project.tree.recipes[small.model_id] = pinned
+    image = plan_image(project, pinned, "h200", "default")
+    assert plan_compose(project, image, "single_node_tp", 1).roles[0].args == ["--tensor-parallel-size", "1"]
+
+
+def test_preflight_warns_about_sm103_with_its_source(project) -> None:  # type: ignore[no-untyped-def]
+    findings = [str(f) for f in preflight(project, kimi(project, "b300"))]
+    assert any("sm_103" in f and "vllm issue 30630" in f for f in findings)
+    assert not any("sm_" in f for f in (str(x) for x in preflight(project, kimi(project, "h200"))))
+
+
+def test_trust_remote_code_without_revision_is_flagged(project) -> None:  # type: ignore[no-untyped-def]
+    assert any("--trust-remote-code" in str(f) for f in preflight(project, kimi(project, "h200")))

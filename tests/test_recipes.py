@@ -1,0 +1,140 @@
+"""Recipes in the upstream schema load; bad input fails with an error naming file, field, value and choices."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from factory.errors import InputError, RefusedError
+from factory.pins import pinned_vllm
+from factory.recipes.loader import load_tree
+from tests.conftest import FIXTURES, KIMI, run_factory, tree_snapshot
+
+KIMI_FILE = Path("recipes/models/moonshotai/Kimi-Linear-48B-A3B-Instruct.yaml")
+
+
+def test_upstream_schema_samples_load() -> None:
+    tree = load_tree(FIXTURES / "upstream-schema")
+    moe = tree.recipe("acme/Moe-Agent-1T").recipe
+    assert moe.model.docker_image["amd"] == "vllm/vllm-openai-rocm:nightly"
+    assert moe.variants["nvfp4"].model_id == "acme/Moe-Agent-1T-NVFP4"
+    assert moe.hardware_opt_in_features["gb200"] == ["encoder_parallel"]
+    assert "pd_cluster" in moe.strategy_overrides
+    small = tree.recipe("example/small-moe-it").recipe
+    assert small.strategy_overrides["single_node_tp"].tp == 1
+    assert small.variants["default"].hardware_overrides["rtx_pro_6000"].extra_args[-1] == "0.9"
+    assert tree.strategies["pd_cluster"].deploy_type == "pd_cluster"
+
+
+def test_project_recipe_has_the_seed_facts(project) -> None:  # type: ignore[no-untyped-def]
+    recipe = project.tree.recipe(KIMI).recipe
+    assert recipe.model.min_vllm_version == "0.11.2"
+    assert pinned_vllm(project.tree.recipe(KIMI), project.catalog) == "0.11.2"
+    assert recipe.hardware_overrides["amd"].extra_env == {"SAFETENSORS_FAST_GPU": "1"}
+    assert recipe.hardware_overrides["amd"].extra_args == ["--no-enable-prefix-caching"]
+    assert recipe.compatible_strategies == [
+        "single_node_tp",
+        "multi_node_tp",
+        "multi_node_tp_pp",
+        "multi_node_tep",
+        "multi_node_dep",
+    ]
+
+
+def _edit(root: Path, change) -> None:  # type: ignore[no-untyped-def]
+    path = root / KIMI_FILE
+    data = yaml.safe_load(path.read_text())
+    change(data)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def _fails_clearly(root: Path, *expected: str) -> str:
+    before = tree_snapshot(root)
+    result = run_factory(root, "generate")
+    assert result.returncode == 2, result.stdout + result.stderr
+    for text in expected:
+        assert text in result.stderr, result.stderr
+    assert tree_snapshot(root) == before, "a failed generate changed the output"
+    return result.stderr
+
+
+def test_typo_in_a_field_names_file_field_and_valid_fields(scratch: Path) -> None:
+    _edit(scratch, lambda d: d["model"].update(base_arg=d["model"].pop("base_args")))
+    err = _fails_clearly(
+        scratch, str(KIMI_FILE), "model.base_arg", "unknown field", "did you mean: 'base_args'"
+    )
+    assert "valid:" in err
+
+
+def test_unknown_hardware_override_key(scratch: Path) -> None:
+    _edit(scratch, lambda d: d["hardware_overrides"].update(amdd=d["hardware_overrides"].pop("amd")))
+    _fails_clearly(scratch, "hardware_overrides.amdd", "unknown hardware, brand or generation", "'amd'")
+
+
+def test_unknown_strategy(scratch: Path) -> None:
+    _edit(scratch, lambda d: d["compatible_strategies"].append("multi_node_tpp"))
+    _fails_clearly(scratch, "compatible_strategies[5]", "unknown strategy", "did you mean: 'multi_node_tp'")
+
+
+def test_malformed_yaml_names_the_line(scratch: Path) -> None:
+    path = scratch / KIMI_FILE
+    path.write_text(path.read_text().replace("variants:\n", "variants:\n  - [unclosed\n", 1))
+    _fails_clearly(scratch, str(KIMI_FILE), "malformed YAML at line")
+
+
+def test_missing_pin(scratch: Path) -> None:
+    _edit(scratch, lambda d: d.update(dependencies=[]))
+    _fails_clearly(scratch, "dependencies", "no exact vLLM pin", "vllm==0.11.2")
+
+
+def test_known_bad_pin_is_refused_with_its_reason(scratch: Path) -> None:
+    _edit(scratch, lambda d: d["dependencies"][0].update(command="uv pip install vllm==0.12.0"))
+    _fails_clearly(scratch, "dependencies[0].command", "0.12.0", "indexer_rotary_emb")
+
+
+def test_pin_below_minimum(scratch: Path) -> None:
+    _edit(scratch, lambda d: d["dependencies"][0].update(command="uv pip install vllm==0.10.2"))
+    _fails_clearly(scratch, "older than the recipe's min_vllm_version 0.11.2", "'0.10.2'")
+
+
+def test_pin_that_is_not_a_version(scratch: Path) -> None:
+    _edit(scratch, lambda d: d["dependencies"][0].update(command="uv pip install vllm==latest"))
+    _fails_clearly(scratch, "not a version number", "'latest'")
+
+
+def test_wrong_type(scratch: Path) -> None:
+    _edit(scratch, lambda d: d["model"].update(context_length="a million"))
+    _fails_clearly(scratch, "model.context_length", "'a million'")
+
+
+def test_bad_catalog_install_reference(scratch: Path) -> None:
+    path = scratch / "catalog" / "hardware.yaml"
+    path.write_text(path.read_text().replace("install: cuda-pypi", "install: cuda-pipy", 1))
+    _fails_clearly(scratch, "hardware.h100.install", "'cuda-pipy'", "did you mean: 'cuda-pypi'")
+
+
+def test_known_bad_pin_raises_refused(project) -> None:  # type: ignore[no-untyped-def]
+    loaded = project.tree.recipe(KIMI)
+    bad = loaded.recipe.model_copy(
+        update={
+            "dependencies": [
+                loaded.recipe.dependencies[0].model_copy(update={"command": "pip install vllm==0.12.0"})
+            ]
+        }
+    )
+    with pytest.raises(RefusedError, match="indexer_rotary_emb"):
+        pinned_vllm(type(loaded)(bad, loaded.path, None), project.catalog)
+
+
+def test_input_error_format() -> None:
+    error = InputError(
+        "unknown hardware", file="r.yaml", field="--hardware", value="h2000", valid=["h200", "h100"]
+    )
+    assert str(error).splitlines() == [
+        "r.yaml: --hardware: unknown hardware",
+        "  got: 'h2000'",
+        "  did you mean: 'h200'?",
+        "  valid: h100, h200",
+    ]
