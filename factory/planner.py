@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 
 from packaging.version import Version
-from dataclasses import dataclass, field
 
 from factory.catalog.schema import Hardware, Install
 from factory.errors import InputError, RefusedError

@@ -13,10 +13,10 @@ import pytest
 
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
-import docker  # noqa: E402
+import docker
 
-from factory.engine import OWNER_LABEL  # noqa: E402
-from factory.project import Project, load_project  # noqa: E402
+from factory.engine import OWNER_LABEL
+from factory.project import Project, load_project
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"

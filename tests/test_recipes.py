@@ -1,4 +1,4 @@
-"""Recipes in the upstream schema load; bad input fails with an error naming file, field, value and choices."""
+"""Recipes in the upstream schema load; bad input fails naming file, field, value and choices."""
 
 from __future__ import annotations
 
