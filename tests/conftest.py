@@ -86,3 +86,14 @@ def no_leftovers(docker_client: docker.DockerClient) -> Iterator[None]:
     new_networks = {n.id for n in docker_client.networks.list()} - networks_before
     assert not left, f"containers left behind: {left}"
     assert not new_networks, f"networks left behind: {new_networks}"
+
+
+@pytest.fixture(scope="session")
+def tiny_built(project: Project, docker_client: docker.DockerClient):
+    """The built-in default image, built once per run (seconds when the engine has it cached)."""
+    from factory.build.builder import build_image
+    from factory.planner import plan_image
+    from factory.settings import load_settings
+
+    plan = plan_image(project, project.tree.recipe(TINY), "cpu", "default")
+    return build_image(project, plan, load_settings(ROOT))

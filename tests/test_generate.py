@@ -42,7 +42,7 @@ def test_a_failed_write_leaves_the_previous_output(scratch: Path, monkeypatch: p
     project = load_project(scratch)
     files = generate.all_outputs(project, plan_all(project))
     before = tree_snapshot(scratch)
-    broken = [*files[:5], generate.OutputFile(files[5].path, None)]  # type: ignore[arg-type]
+    broken = [*files[:5], generate.OutputFile(files[5].path, None)]
     with pytest.raises(TypeError):
         generate.write_outputs(scratch, broken)
     assert tree_snapshot(scratch) == before

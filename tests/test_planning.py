@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from factory.errors import InputError, RefusedError
+from factory.plan import ImagePlan
 from factory.planner import plan_all, plan_compose, plan_image
 from factory.preflight import preflight
+from factory.project import Project, load_project
 from factory.recipes.loader import load_tree
 from factory.recipes.schema import Dependency
 from factory.serve_args import flatten, resolve
@@ -16,11 +18,11 @@ SEED_HARDWARE = ["h100", "h200", "b200", "gb200", "b300", "gb300", "mi300x", "mi
 SEED_STRATEGIES = ["single_node_tp", "multi_node_tp", "multi_node_tp_pp", "multi_node_tep", "multi_node_dep"]
 
 
-def kimi(project, hardware: str):  # type: ignore[no-untyped-def]
+def kimi(project: Project, hardware: str) -> ImagePlan:
     return plan_image(project, project.tree.recipe(KIMI), hardware, "default")
 
 
-def test_every_seed_hardware_and_strategy_plus_cpu_is_planned(project) -> None:  # type: ignore[no-untyped-def]
+def test_every_seed_hardware_and_strategy_plus_cpu_is_planned(project: Project) -> None:
     plans = plan_all(project)
     kimi_images = {image.hardware for image in plans.images if image.model_id == KIMI}
     assert kimi_images == {*SEED_HARDWARE, "cpu"}
@@ -29,7 +31,7 @@ def test_every_seed_hardware_and_strategy_plus_cpu_is_planned(project) -> None: 
     assert {image.hardware for image in plans.images if image.model_id == TINY} == {"cpu"}
 
 
-def test_h200_serves_the_seed_command_with_tp_equal_to_gpus(project) -> None:  # type: ignore[no-untyped-def]
+def test_h200_serves_the_seed_command_with_tp_equal_to_gpus(project: Project) -> None:
     image = kimi(project, "h200")
     assert image.entrypoint_args == ["--model", KIMI, "--trust-remote-code", "--max-model-len", "1048576"]
     assert image.env == {}
@@ -39,7 +41,7 @@ def test_h200_serves_the_seed_command_with_tp_equal_to_gpus(project) -> None:  #
     assert image.pip_requirements == ["vllm==0.11.2"]
 
 
-def test_amd_gets_its_override_and_the_vendor_image(project) -> None:  # type: ignore[no-untyped-def]
+def test_amd_gets_its_override_and_the_vendor_image(project: Project) -> None:
     image = kimi(project, "mi300x")
     assert image.env == {"SAFETENSORS_FAST_GPU": "1"}
     assert image.entrypoint_args[-1] == "--no-enable-prefix-caching"
@@ -49,7 +51,7 @@ def test_amd_gets_its_override_and_the_vendor_image(project) -> None:  # type: i
     assert kimi(project, "h200").env == {}
 
 
-def test_grace_trays_are_arm64_and_four_gpus(project) -> None:  # type: ignore[no-untyped-def]
+def test_grace_trays_are_arm64_and_four_gpus(project: Project) -> None:
     for hardware in ("gb200", "gb300"):
         image = kimi(project, hardware)
         assert image.platform == "linux/arm64"
@@ -59,7 +61,7 @@ def test_grace_trays_are_arm64_and_four_gpus(project) -> None:  # type: ignore[n
         ]
 
 
-def test_multi_node_flags_per_strategy(project) -> None:  # type: ignore[no-untyped-def]
+def test_multi_node_flags_per_strategy(project: Project) -> None:
     image = kimi(project, "h200")
     rendezvous = [
         "--distributed-executor-backend",
@@ -99,7 +101,7 @@ def test_multi_node_flags_per_strategy(project) -> None:  # type: ignore[no-unty
     assert set(dep.settings_used) == {"HEAD_ADDRESS", "DP_RPC_PORT", "IFACE_NAME"}
 
 
-def test_multi_node_bad_input(project) -> None:  # type: ignore[no-untyped-def]
+def test_multi_node_bad_input(project: Project) -> None:
     image = kimi(project, "h200")
     with pytest.raises(InputError, match="needs 2 nodes or more"):
         plan_compose(project, image, "multi_node_tp", 1)
@@ -128,8 +130,7 @@ def test_later_parts_win_duplicate_flags() -> None:
     ]
 
 
-def test_upstream_schema_overrides_apply_in_order(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from factory.project import Project, load_project
+def test_upstream_schema_overrides_apply_in_order(tmp_path) -> None:
 
     real = load_project(__import__("tests.conftest", fromlist=["ROOT"]).ROOT)
     project = Project(tmp_path, load_tree(FIXTURES / "upstream-schema"), real.catalog)
@@ -155,11 +156,11 @@ def test_upstream_schema_overrides_apply_in_order(tmp_path) -> None:  # type: ig
     assert plan_compose(project, image, "single_node_tp", 1).roles[0].args == ["--tensor-parallel-size", "1"]
 
 
-def test_preflight_warns_about_sm103_with_its_source(project) -> None:  # type: ignore[no-untyped-def]
+def test_preflight_warns_about_sm103_with_its_source(project: Project) -> None:
     findings = [str(f) for f in preflight(project, kimi(project, "b300"))]
     assert any("sm_103" in f and "vllm issue 30630" in f for f in findings)
     assert not any("sm_" in f for f in (str(x) for x in preflight(project, kimi(project, "h200"))))
 
 
-def test_trust_remote_code_without_revision_is_flagged(project) -> None:  # type: ignore[no-untyped-def]
+def test_trust_remote_code_without_revision_is_flagged(project: Project) -> None:
     assert any("--trust-remote-code" in str(f) for f in preflight(project, kimi(project, "h200")))

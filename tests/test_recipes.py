@@ -9,6 +9,7 @@ import yaml
 
 from factory.errors import InputError, RefusedError
 from factory.pins import pinned_vllm
+from factory.project import Project
 from factory.recipes.loader import load_tree
 from tests.conftest import FIXTURES, KIMI, run_factory, tree_snapshot
 
@@ -28,7 +29,7 @@ def test_upstream_schema_samples_load() -> None:
     assert tree.strategies["pd_cluster"].deploy_type == "pd_cluster"
 
 
-def test_project_recipe_has_the_seed_facts(project) -> None:  # type: ignore[no-untyped-def]
+def test_project_recipe_has_the_seed_facts(project: Project) -> None:
     recipe = project.tree.recipe(KIMI).recipe
     assert recipe.model.min_vllm_version == "0.11.2"
     assert pinned_vllm(project.tree.recipe(KIMI), project.catalog) == "0.11.2"
@@ -43,7 +44,7 @@ def test_project_recipe_has_the_seed_facts(project) -> None:  # type: ignore[no-
     ]
 
 
-def _edit(root: Path, change) -> None:  # type: ignore[no-untyped-def]
+def _edit(root: Path, change) -> None:
     path = root / KIMI_FILE
     data = yaml.safe_load(path.read_text())
     change(data)
@@ -115,7 +116,7 @@ def test_bad_catalog_install_reference(scratch: Path) -> None:
     _fails_clearly(scratch, "hardware.h100.install", "'cuda-pipy'", "did you mean: 'cuda-pypi'")
 
 
-def test_known_bad_pin_raises_refused(project) -> None:  # type: ignore[no-untyped-def]
+def test_known_bad_pin_raises_refused(project: Project) -> None:
     loaded = project.tree.recipe(KIMI)
     bad = loaded.recipe.model_copy(
         update={

@@ -21,7 +21,8 @@ class BuildLog:
     def feed(self, line: str) -> None:
         self.lines.append(line)
         if match := _STEP.match(line):
-            self.steps.setdefault(match["id"], f"[{match['stage']}] {match['what']}")
+            if not match["what"].startswith("FROM "):  # the base is resolved, never built or cached
+                self.steps.setdefault(match["id"], f"[{match['stage']}] {match['what']}")
         elif match := _CACHED.match(line):
             self.cached.add(match["id"])
         elif match := _ERROR.match(line):

@@ -1,0 +1,133 @@
+"""`factory validate`: a real vLLM server started with testcontainers and probed; faults fail fast."""
+
+from __future__ import annotations
+
+import io
+import time
+from pathlib import Path
+
+import docker
+import pytest
+
+from factory.build.builder import BuildResult
+from factory.engine import OWNER_LABEL
+from factory.plan import ImagePlan
+from factory.planner import plan_image
+from factory.project import Project
+from factory.validate.container import running
+from factory.validate.probes import ProbeFailure, parse_chat, wait_healthy
+from factory.validate.runner import validate_image
+from tests.conftest import ROOT, TINY, run_factory
+
+pytestmark = pytest.mark.docker
+
+
+def tiny_plan(project: Project) -> ImagePlan:
+    return plan_image(project, project.tree.recipe(TINY), "cpu", "default")
+
+
+@pytest.mark.e2e
+def test_the_cpu_image_serves_a_real_chat_completion(
+    project: Project, tiny_built: BuildResult, tmp_path: Path, no_leftovers: None
+) -> None:
+    report = validate_image(project, tiny_plan(project), tmp_path)
+    statuses = {case.name: case.status for case in report.cases}
+    assert report.fully_validated, report.cases
+    for name in (
+        "static:vllm-version",
+        "static:pinned-env",
+        "live:health",
+        "live:models",
+        "live:chat",
+        "live:deterministic",
+    ):
+        assert statuses[name] == "passed", name
+    assert any(name.startswith("static:serve-args:compose/") for name in statuses)
+    stem = "validate-tiny-random-llama-vllm0.32.0-cpu-default"
+    assert (tmp_path / f"{stem}.json").is_file() and (tmp_path / f"{stem}.xml").is_file()
+    assert (tmp_path / "validated" / f"{tiny_built.image_id.replace(':', '-')}.json").is_file()
+
+
+@pytest.mark.e2e
+def test_a_server_that_exits_at_start_fails_fast_with_its_logs(
+    project: Project, tiny_built: BuildResult, no_leftovers: None
+) -> None:
+    started_at = time.monotonic()
+    with (
+        running(tiny_plan(project), ["--no-such-flag"], "exits") as started,
+        pytest.raises(ProbeFailure) as failure,
+    ):
+        wait_healthy(started.base_url, started.name, 600, started.state)
+    assert time.monotonic() - started_at < 120, "waited for a timeout instead of seeing the exit"
+    message = str(failure.value)
+    assert f"container {started.name} exited" in message
+    assert "--no-such-flag" in message
+
+
+@pytest.fixture(scope="module")
+def silent_image(docker_client: docker.DockerClient):
+    """An image that starts and never serves HTTP: built with the SDK (no BuildKit features needed)."""
+    dockerfile = b'FROM factory-local/debian:bookworm\nENTRYPOINT ["sleep", "infinity"]\n'
+    image, _ = docker_client.images.build(
+        fileobj=io.BytesIO(dockerfile),
+        tag="factory-test/silent:latest",
+        labels={OWNER_LABEL: "test"},
+        rm=True,
+    )
+    yield image
+    docker_client.images.remove("factory-test/silent:latest", force=True)
+
+
+def test_health_that_never_answers_times_out_naming_container_and_url(
+    project: Project, silent_image: object, no_leftovers: None
+) -> None:
+    plan = tiny_plan(project).model_copy(update={"repository": "factory-test/silent", "tag": "latest"})
+    with running(plan, [], "silent") as started, pytest.raises(ProbeFailure) as failure:
+        wait_healthy(started.base_url, started.name, 5, started.state)
+    message = str(failure.value)
+    assert "timed out after 5 s" in message
+    assert f"{started.base_url}/health" in message and started.name in message
+    assert started.base_url.startswith("http://127.0.0.1:"), "probes stay on loopback"
+
+
+GOOD = {
+    "object": "chat.completion",
+    "choices": [{"message": {"role": "assistant", "content": "Hi"}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "complaint"),
+    [
+        ({"object": "text_completion"}, "'object' is 'text_completion'"),
+        ({"choices": []}, "'choices' is []"),
+        ({"choices": [{"message": {"content": ""}, "finish_reason": "stop"}]}, "content is ''"),
+        ({"choices": [{"message": {"content": "x"}}]}, "finish_reason is None"),
+        ({"usage": {"prompt_tokens": 5}}, "'usage' is {'prompt_tokens': 5}"),
+        (
+            {"usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 9}},
+            "total_tokens 9 != prompt 5",
+        ),
+    ],
+)
+def test_malformed_chat_answers_say_what_is_wrong(change: dict, complaint: str) -> None:
+    assert parse_chat(GOOD).text == "Hi"
+    with pytest.raises(ProbeFailure) as failure:
+        parse_chat({**GOOD, **change})
+    assert complaint in str(failure.value)
+
+
+def test_validate_without_an_engine_is_a_clear_error(tmp_path: Path) -> None:
+    result = run_factory(
+        ROOT,
+        "validate",
+        TINY,
+        "--hardware",
+        "cpu",
+        "--reports",
+        str(tmp_path),
+        env={"DOCKER_HOST": f"unix://{tmp_path}/none.sock"},
+    )
+    assert result.returncode == 2 and "cannot reach the Docker Engine" in result.stderr
+    assert not list(tmp_path.glob("*.json"))
