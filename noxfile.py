@@ -51,6 +51,16 @@ def tests(session: nox.Session) -> None:
     session.run(PY, "-m", "pytest", *(session.posargs or ["-ra"]))
 
 
+@nox.session(default=False)
+def publish(session: nox.Session) -> None:
+    """Push validated images: nox -s publish -- MODEL --hardware H --registry HOST[/NAMESPACE]."""
+    if not session.posargs:
+        session.error(
+            "usage: nox -s publish -- MODEL --hardware H --registry HOST[:PORT][/NAMESPACE] [--tag T]"
+        )
+    factory(session, "publish", *session.posargs)
+
+
 def _hardware() -> list[str]:
     catalog = yaml.safe_load((ROOT / "catalog" / "hardware.yaml").read_text(encoding="utf-8"))
     return list(catalog["hardware"])

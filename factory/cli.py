@@ -139,6 +139,34 @@ def cmd_validate(project: Project, args: argparse.Namespace) -> int:
     return status
 
 
+def cmd_publish(project: Project, args: argparse.Namespace) -> int:
+    from factory.publish.publisher import publish_image, write_publish_report
+    from factory.settings import load_settings
+
+    registry = args.registry or load_settings(project.root).registry
+    if not registry:
+        raise InputError(
+            "no registry given",
+            field="--registry",
+            hint="pass --registry HOST[:PORT] or set FACTORY_REGISTRY",
+        )
+    results = []
+    for image in _select_images(project, args):
+        published = publish_image(
+            project,
+            image,
+            registry,
+            args.reports / "validated",
+            args.tag,
+            force_unvalidated=args.force_unvalidated,
+        )
+        for item in published:
+            print(f"published {item.reference} {item.digest} (attempts: {item.attempts})")
+        results += published
+    write_publish_report(results, args.reports / "publish.json")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="factory", description=__doc__)
     parser.add_argument(
@@ -186,6 +214,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="succeed with static checks alone where the GPU is absent (the image is then not publishable)",
     )
     validate.set_defaults(func=cmd_validate)
+
+    publish = sub.add_parser(
+        "publish", help="push the tags of validated images and check the registry's digest"
+    )
+    _add_target_args(publish)
+    publish.add_argument(
+        "--registry", help="HOST[:PORT][/NAMESPACE] (default: the registry setting / FACTORY_REGISTRY)"
+    )
+    publish.add_argument(
+        "--tag",
+        action="append",
+        default=[],
+        help="an extra tag, a template: '{tag}-1.2.0', '{tag}-sha-abc1234', 'latest-{hardware}-{variant}'",
+    )
+    publish.add_argument("--reports", type=Path, default=Path("reports"))
+    publish.add_argument(
+        "--force-unvalidated",
+        action="store_true",
+        help="publish although no passing validation is recorded (loud)",
+    )
+    publish.set_defaults(func=cmd_publish)
 
     bench = sub.add_parser(
         "testbench-settings", help="write .factory.local.toml for this machine (testbench/up)"

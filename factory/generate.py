@@ -13,7 +13,13 @@ from factory import __version__
 from factory.plan import ComposePlan, ImagePlan
 from factory.planner import Plans
 from factory.project import Project
-from factory.render import render_compose, render_dockerfile, render_env_example, template_sources
+from factory.render import (
+    render_bake,
+    render_compose,
+    render_dockerfile,
+    render_env_example,
+    template_sources,
+)
 
 OUTPUT_ROOTS = ("images", "compose")
 IMAGE_FILES = ("factory-serve", "image_info.py")
@@ -82,9 +88,37 @@ def compose_outputs(plan: ComposePlan) -> list[OutputFile]:
     return files
 
 
+@dataclass(frozen=True)
+class BakeTarget:
+    name: str
+    context: str
+    platform: str
+    tags: tuple[str, ...]
+
+
+def bake_output(images: list[ImagePlan]) -> OutputFile:
+    """images/docker-bake.hcl: every image as a buildx target with its platform (arm64 for Grace trays)."""
+    targets = [
+        BakeTarget(
+            name=f"{image.slug}-{image.tag}".replace(".", "-"),
+            context=image.directory.as_posix(),
+            platform=image.platform,
+            tags=(image.reference, f"{image.repository}:{image.immutable_tag}"),
+        )
+        for image in images
+    ]
+    groups: dict[str, list[str]] = {}
+    for image, target in zip(images, targets, strict=True):
+        for group in (image.hardware, image.platform.replace("linux/", "")):
+            groups.setdefault(group, []).append(target.name)
+    text = render_bake(targets, dict(sorted(groups.items())))
+    return OutputFile(PurePosixPath("images/docker-bake.hcl"), text.encode())
+
+
 def all_outputs(project: Project, plans: Plans) -> list[OutputFile]:
     hashed = {image.reference: with_inputs_hash(project, image) for image in plans.images}
     files = [file for image in hashed.values() for file in image_outputs(project, image)]
+    files.append(bake_output(list(hashed.values())))
     for plan in plans.composes:
         files += compose_outputs(plan.model_copy(update={"image": hashed[plan.image.reference]}))
     return files

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from functools import cache
 
 import jinja2
@@ -56,3 +57,7 @@ def render_compose(plan: ComposePlan, index: int) -> str:
 
 def render_env_example(plan: ComposePlan) -> str:
     return environment().get_template("env.example.j2").render(settings=plan.settings_used)
+
+
+def render_bake(targets: Sequence[object], groups: dict[str, list[str]]) -> str:
+    return environment().get_template("docker-bake.hcl.j2").render(targets=targets, groups=groups)

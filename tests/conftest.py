@@ -97,3 +97,14 @@ def tiny_built(project: Project, docker_client: docker.DockerClient):
 
     plan = plan_image(project, project.tree.recipe(TINY), "cpu", "default")
     return build_image(project, plan, load_settings(ROOT))
+
+
+@pytest.fixture(scope="session")
+def tiny_validation(project: Project, tiny_built, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """The built-in default validated for real once per run; its records folder is what publish reads."""
+    from factory.planner import plan_image
+    from factory.validate.runner import validate_image
+
+    reports = tmp_path_factory.mktemp("reports")
+    plan = plan_image(project, project.tree.recipe(TINY), "cpu", "default")
+    return validate_image(project, plan, reports), reports

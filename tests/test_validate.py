@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import time
 from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
@@ -16,7 +17,6 @@ from factory.planner import plan_image
 from factory.project import Project
 from factory.validate.container import running
 from factory.validate.probes import ProbeFailure, parse_chat, wait_healthy
-from factory.validate.runner import validate_image
 from tests.conftest import ROOT, TINY, run_factory
 
 pytestmark = pytest.mark.docker
@@ -27,10 +27,8 @@ def tiny_plan(project: Project) -> ImagePlan:
 
 
 @pytest.mark.e2e
-def test_the_cpu_image_serves_a_real_chat_completion(
-    project: Project, tiny_built: BuildResult, tmp_path: Path, no_leftovers: None
-) -> None:
-    report = validate_image(project, tiny_plan(project), tmp_path)
+def test_the_cpu_image_serves_a_real_chat_completion(tiny_built: BuildResult, tiny_validation: Any) -> None:
+    report, reports = tiny_validation
     statuses = {case.name: case.status for case in report.cases}
     assert report.fully_validated, report.cases
     for name in (
@@ -44,8 +42,12 @@ def test_the_cpu_image_serves_a_real_chat_completion(
         assert statuses[name] == "passed", name
     assert any(name.startswith("static:serve-args:compose/") for name in statuses)
     stem = "validate-tiny-random-llama-vllm0.32.0-cpu-default"
-    assert (tmp_path / f"{stem}.json").is_file() and (tmp_path / f"{stem}.xml").is_file()
-    assert (tmp_path / "validated" / f"{tiny_built.image_id.replace(':', '-')}.json").is_file()
+    assert (reports / f"{stem}.json").is_file() and (reports / f"{stem}.xml").is_file()
+    assert (reports / "validated" / f"{tiny_built.image_id.replace(':', '-')}.json").is_file()
+
+
+def test_validation_leaves_no_container(tiny_validation: Any, docker_client: docker.DockerClient) -> None:
+    assert not docker_client.containers.list(all=True, filters={"label": "ai.vllm.factory.owner=validate"})
 
 
 @pytest.mark.e2e

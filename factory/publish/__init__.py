@@ -1,0 +1,1 @@
+"""Publishing validated images to a registry, and checking what the registry then holds."""

@@ -1,0 +1,115 @@
+"""`factory publish`: push the readable and immutable tags of a validated image, then make sure the
+registry serves exactly the digest that was pushed."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from docker.errors import ImageNotFound
+
+from factory.engine import connect
+from factory.errors import DockerError, InputError, RefusedError
+from factory.generate import with_inputs_hash
+from factory.plan import ImagePlan
+from factory.project import Project
+from factory.publish.pusher import push
+from factory.publish.registry import credentials_for, manifest_digest, split_registry
+from factory.validate.report import record_path
+
+
+@dataclass(frozen=True)
+class Published:
+    reference: str
+    digest: str
+    image_id: str
+    attempts: int
+    validated: bool
+
+
+def validation_record(records: Path, image_id: str) -> dict[str, object] | None:
+    path = record_path(records, image_id)
+    if not path.is_file():
+        return None
+    record: dict[str, object] = json.loads(path.read_text(encoding="utf-8"))
+    return record
+
+
+def expand_tags(image: ImagePlan, templates: list[str]) -> list[str]:
+    """CI tag conventions as templates: '{tag}-1.2.0', '{tag}-sha-abc1234', 'latest-{hardware}-{variant}'."""
+    values = {
+        "tag": image.tag,
+        "hardware": image.hardware,
+        "variant": image.variant,
+        "vllm": image.vllm_version,
+    }
+    try:
+        return [template.format(**values) for template in templates]
+    except (KeyError, IndexError, ValueError) as exc:
+        raise InputError(
+            f"bad tag template ({exc})",
+            field="--tag",
+            value=templates,
+            valid=[f"{{{key}}}" for key in values],
+        ) from None
+
+
+def publish_image(
+    project: Project,
+    image: ImagePlan,
+    registry: str,
+    records: Path,
+    extra_tags: list[str] | None = None,
+    force_unvalidated: bool = False,
+    attempts: int = 4,
+    backoff_s: float = 1.0,
+) -> list[Published]:
+    image = with_inputs_hash(project, image)
+    client = connect()
+    try:
+        local = client.images.get(image.reference)
+    except ImageNotFound:
+        raise DockerError(
+            f"{image.reference} is not built on this engine; build and validate it first"
+        ) from None
+    record = validation_record(records, str(local.id))
+    validated = bool(record and record.get("fully_validated") and record.get("image_id") == local.id)
+    if not validated and not force_unvalidated:
+        why = (
+            "no validation record"
+            if record is None
+            else "its validation did not run the live probes or failed"
+        )
+        raise RefusedError(
+            f"{image.reference} ({str(local.id)[:19]}) is not validated: {why}; looked in {records}\n"
+            f"  hint: factory validate {image.model_id} --hardware {image.hardware}"
+            " (a rebuilt image has a new ID and needs its own validation)"
+        )
+    if not validated:
+        print(
+            f"WARNING: publishing {image.reference} WITHOUT a passing validation (--force-unvalidated)",
+            flush=True,
+        )
+    credentials = credentials_for(split_registry(registry)[0])
+    target = f"{registry}/{image.repository}"
+    published = []
+    for tag in dict.fromkeys([image.tag, image.immutable_tag, *expand_tags(image, extra_tags or [])]):
+        local.tag(target, tag)
+        pushed = push(client, target, tag, credentials, attempts=attempts, backoff_s=backoff_s)
+        served = manifest_digest(registry, image.repository, tag, credentials)
+        if served != pushed.digest:
+            raise DockerError(
+                f"{target}:{tag}: the registry serves {served}, but the push reported {pushed.digest}"
+            )
+        published.append(
+            Published(f"{target}:{tag}", pushed.digest, str(local.id), pushed.attempts, validated)
+        )
+    return published
+
+
+def write_publish_report(results: list[Published], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps([asdict(result) for result in results], indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)

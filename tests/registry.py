@@ -1,0 +1,66 @@
+"""A real registry for tests: Debian's docker-registry (distribution 2.8) with htpasswd auth on loopback."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import requests
+
+
+@dataclass
+class LocalRegistry:
+    root: Path
+    user: str = "factory"
+    password: str = field(default="s3cret-registry-pass", repr=False)
+    port: int = 0
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        binary = shutil.which("docker-registry") or "/usr/bin/docker-registry"
+        htpasswd = shutil.which("htpasswd") or "/usr/bin/htpasswd"
+        if not self.port:
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                self.port = probe.getsockname()[1]
+        hashed = subprocess.run(
+            [htpasswd, "-Bbn", self.user, self.password], capture_output=True, text=True, check=True
+        ).stdout
+        (self.root / "htpasswd").write_text(hashed)
+        config = self.root / "config.yml"
+        config.write_text(
+            "version: 0.1\n"
+            f"storage:\n  filesystem:\n    rootdirectory: {self.root / 'data'}\n"
+            f"http:\n  addr: {self.address}\n"
+            f"auth:\n  htpasswd:\n    realm: factory-tests\n    path: {self.root / 'htpasswd'}\n"
+        )
+        log = (self.root / "registry.log").open("ab")
+        self.process = subprocess.Popen([binary, "serve", str(config)], stdout=log, stderr=log)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if requests.get(f"http://{self.address}/v2/", timeout=2).status_code == 401:
+                    return
+            except requests.RequestException:
+                time.sleep(0.2)
+        raise RuntimeError(f"the test registry did not start; see {self.root / 'registry.log'}")
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()  # ours: started above, ended by its own handle
+            self.process.wait(timeout=30)
+
+    def repositories(self) -> list[str]:
+        response = requests.get(
+            f"http://{self.address}/v2/_catalog", auth=(self.user, self.password), timeout=10
+        )
+        response.raise_for_status()
+        return list(response.json().get("repositories") or [])

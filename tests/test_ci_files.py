@@ -1,0 +1,64 @@
+"""The publishing workflow and the buildx bake file: checked statically (neither can run here)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+WORKFLOW = ROOT / ".github" / "workflows" / "publish.yml"
+BAKE = ROOT / "images" / "docker-bake.hcl"
+
+
+def test_zizmor_finds_nothing_in_the_workflow() -> None:
+    zizmor = Path(sys.executable).parent / "zizmor"
+    result = subprocess.run(
+        [str(zizmor), "--offline", "--persona", "pedantic", str(WORKFLOW)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_action_is_pinned_by_commit() -> None:
+    uses = re.findall(r"uses:\s*(\S+)", WORKFLOW.read_text())
+    assert uses
+    for action in uses:
+        assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", action), f"not pinned by SHA: {action}"
+
+
+def test_workflow_publishes_through_the_factory_and_signs_by_digest() -> None:
+    text = WORKFLOW.read_text()
+    for step in (
+        "nox -s check-generated",
+        'nox -s "build-${HARDWARE}"',
+        'nox -s "validate-${HARDWARE}"',
+        "factory publish",
+        "cosign sign --yes",
+    ):
+        assert step in text, step
+    assert '"@" + i["digest"]' in text, "signatures go on digests, never on tags"
+    assert "{tag}-sha-" in text and "latest-{hardware}-{variant}" in text
+
+
+def _targets() -> dict[str, dict[str, str]]:
+    targets = {}
+    for name, body in re.findall(r'target "([^"]+)" \{(.*?)\n\}', BAKE.read_text(), re.S):
+        targets[name] = dict(re.findall(r"(\w+)\s*=\s*(.+)", body))
+    return targets
+
+
+def test_bake_file_builds_grace_trays_for_arm64_and_the_rest_for_amd64() -> None:
+    targets = _targets()
+    dockerfiles = sorted(ROOT.glob("images/**/Dockerfile"))
+    assert len(targets) == len(dockerfiles)
+    for dockerfile in dockerfiles:
+        context = dockerfile.parent.relative_to(ROOT).as_posix()
+        target = next(t for t in targets.values() if t["context"] == f'"{context}"')
+        arm = "-gb200-" in context or "-gb300-" in context
+        assert target["platforms"] == ('["linux/arm64"]' if arm else '["linux/amd64"]'), context
+        assert context.split("/")[-1] in target["tags"]

@@ -1,0 +1,183 @@
+"""`factory publish` against a real registry with htpasswd auth: only validated images, digests checked."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+from docker.errors import ImageNotFound
+
+from factory.errors import RefusedError
+from factory.plan import ImagePlan
+from factory.planner import plan_image
+from factory.project import Project
+from factory.publish.publisher import publish_image
+from factory.publish.pusher import PushFailed, push
+from factory.publish.registry import Credentials, manifest_digest
+from tests.conftest import KIMI, ROOT, TINY, run_factory
+from tests.registry import LocalRegistry
+
+pytestmark = [pytest.mark.docker, pytest.mark.e2e]
+
+
+def tiny(project: Project) -> ImagePlan:
+    return plan_image(project, project.tree.recipe(TINY), "cpu", "default")
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRegistry]:
+    if not (shutil.which("docker-registry") or Path("/usr/bin/docker-registry").exists()):
+        pytest.fail("docker-registry is missing; testbench/up installs it")
+    reg = LocalRegistry(tmp_path_factory.mktemp("registry"))
+    reg.start()
+    yield reg
+    reg.stop()
+
+
+@pytest.fixture
+def empty_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRegistry]:
+    """A registry of its own: one that already holds the layers would mount them, not upload them."""
+    reg = LocalRegistry(tmp_path_factory.mktemp("empty-registry"))
+    reg.start()
+    yield reg
+    reg.stop()
+
+
+@pytest.fixture
+def login(registry: LocalRegistry, monkeypatch: pytest.MonkeyPatch) -> Credentials:
+    monkeypatch.setenv("FACTORY_REGISTRY_USER", registry.user)
+    monkeypatch.setenv("FACTORY_REGISTRY_PASSWORD", registry.password)
+    return Credentials(registry.user, registry.password)
+
+
+@pytest.fixture
+def untag(docker_client: docker.DockerClient) -> Iterator[list[str]]:
+    references: list[str] = []
+    yield references
+    for reference in references:
+        with contextlib.suppress(ImageNotFound):
+            docker_client.images.remove(reference, noprune=True)
+
+
+def test_publish_pushes_both_tags_and_the_registry_serves_that_digest(
+    project: Project,
+    tiny_validation: Any,
+    registry: LocalRegistry,
+    login: Credentials,
+    docker_client: docker.DockerClient,
+    untag: list[str],
+) -> None:
+    report, reports = tiny_validation
+    assert report.fully_validated
+    plan = tiny(project)
+    published = publish_image(project, plan, registry.address, reports / "validated")
+    untag.extend(item.reference for item in published)
+    assert published[0].reference == f"{registry.address}/{plan.reference}"
+    assert len(published) == 2 and published[1].reference.endswith(report.inputs_hash[:12])
+    assert published[0].digest == published[1].digest
+    repository = f"{plan.repository}"
+    assert manifest_digest(registry.address, repository, plan.tag, login) == published[0].digest
+    # Pull back by digest: the same image the validation ran.
+    by_digest = f"{registry.address}/{repository}@{published[0].digest}"
+    pulled = docker_client.images.pull(by_digest, auth_config=login.as_auth_config())
+    assert pulled.id == report.image_id
+    # Publishing again changes nothing.
+    again = publish_image(project, plan, registry.address, reports / "validated")
+    assert [item.digest for item in again] == [item.digest for item in published]
+
+
+def test_a_wrong_password_is_a_clear_error_and_pushes_nothing(
+    registry: LocalRegistry, docker_client: docker.DockerClient, untag: list[str]
+) -> None:
+    repository = f"{registry.address}/factory-test/small"
+    docker_client.images.get("factory-local/debian:bookworm").tag(repository, "wrong-password")
+    untag.append(f"{repository}:wrong-password")
+    with pytest.raises(PushFailed) as failure:
+        push(docker_client, repository, "wrong-password", Credentials(registry.user, "not-the-password"))
+    assert not failure.value.transient, "a refused login is not retried"
+    assert "authentication required" in str(failure.value) or "unauthorized" in str(failure.value)
+    assert "not-the-password" not in str(failure.value)
+    assert "factory-test/small" not in registry.repositories()
+
+
+def test_the_registry_stopping_mid_push_retries_then_fails_and_claims_nothing(
+    project: Project,
+    tiny_built: Any,
+    empty_registry: LocalRegistry,
+    docker_client: docker.DockerClient,
+    untag: list[str],
+) -> None:
+    repository = f"{empty_registry.address}/factory-test/interrupted"
+    docker_client.images.get(tiny(project).reference).tag(repository, "mid-push")
+    untag.append(f"{repository}:mid-push")
+    login = Credentials(empty_registry.user, empty_registry.password)
+    stopped: list[bool] = []
+
+    def stop_registry_once_layers_flow(chunk: dict[str, Any]) -> None:
+        if chunk.get("status") == "Pushing" and not stopped:
+            empty_registry.stop()
+            stopped.append(True)
+
+    try:
+        with pytest.raises(PushFailed) as failure:
+            push(
+                docker_client,
+                repository,
+                "mid-push",
+                login,
+                attempts=3,
+                backoff_s=0.2,
+                on_chunk=stop_registry_once_layers_flow,
+            )
+    finally:
+        empty_registry.start()
+    assert stopped, "the push never started sending layers"
+    assert failure.value.transient and "after 3 attempts" in str(failure.value)
+    assert manifest_digest(empty_registry.address, "factory-test/interrupted", "mid-push", login) is None
+
+
+def test_an_unvalidated_image_is_refused(project: Project, tmp_path: Path, registry: LocalRegistry) -> None:
+    plan = plan_image(project, project.tree.recipe(KIMI), "h200", "default")
+    with pytest.raises(RefusedError, match="is not validated: no validation record"):
+        publish_image(project, plan, registry.address, tmp_path / "validated")
+    result = run_factory(
+        ROOT,
+        "publish",
+        KIMI,
+        "--hardware",
+        "h200",
+        "--registry",
+        registry.address,
+        "--reports",
+        str(tmp_path),
+    )
+    assert result.returncode == 2 and "is not validated" in result.stderr
+    assert "vllm-factory/kimi-linear-48b-a3b-instruct" not in registry.repositories()
+
+
+def test_the_password_appears_in_no_output_or_report(
+    tiny_validation: Any, registry: LocalRegistry, untag: list[str], tmp_path: Path
+) -> None:
+    _, reports = tiny_validation
+    shutil.copytree(reports / "validated", tmp_path / "validated")
+    result = run_factory(
+        ROOT,
+        "publish",
+        TINY,
+        "--hardware",
+        "cpu",
+        "--registry",
+        registry.address,
+        "--reports",
+        str(tmp_path),
+        env={"FACTORY_REGISTRY_USER": registry.user, "FACTORY_REGISTRY_PASSWORD": registry.password},
+    )
+    assert result.returncode == 0, result.stderr
+    untag.extend(line.split()[1] for line in result.stdout.splitlines() if line.startswith("published "))
+    everything = result.stdout + result.stderr + (tmp_path / "publish.json").read_text()
+    assert registry.password not in everything
