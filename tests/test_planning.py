@@ -164,3 +164,18 @@ def test_preflight_warns_about_sm103_with_its_source(project: Project) -> None:
 
 def test_trust_remote_code_without_revision_is_flagged(project: Project) -> None:
     assert any("--trust-remote-code" in str(f) for f in preflight(project, kimi(project, "h200")))
+
+
+def test_one_replica_per_node_for_the_cpu_two_node_deployment(project: Project) -> None:
+    tiny = plan_image(project, project.tree.recipe(TINY), "cpu", "default")
+    plan = plan_compose(project, tiny, "multi_node_tp_dp", 2)
+    common = [
+        "--tensor-parallel-size", "1", "--data-parallel-size", "2", "--data-parallel-size-local", "1",
+        "--data-parallel-address", "${HEAD_ADDRESS}", "--data-parallel-rpc-port", "${DP_RPC_PORT}",
+    ]  # fmt: skip
+    assert plan.roles[0].args == common
+    assert plan.roles[1].args == [*common, "--data-parallel-start-rank", "1", "--headless"]
+    assert [role.serves_http for role in plan.roles] == [True, False]
+    assert plan_compose(project, tiny, "multi_node_tp_dp", 3).roles[2].args[-3:] == [
+        "--data-parallel-start-rank", "2", "--headless",
+    ]  # fmt: skip
