@@ -61,6 +61,12 @@ def publish(session: nox.Session) -> None:
     factory(session, "publish", *session.posargs)
 
 
+@nox.session(default=False)
+def bench(session: nox.Session) -> None:
+    """Benchmarks: cold build vs pip floor, rebuild cost, layer sharing, size vs floor, probe overhead."""
+    session.run(PY, "-m", "factory.benchmark", *session.posargs)
+
+
 def _hardware() -> list[str]:
     catalog = yaml.safe_load((ROOT / "catalog" / "hardware.yaml").read_text(encoding="utf-8"))
     return list(catalog["hardware"])

@@ -34,7 +34,8 @@ class NodeRole(Frozen):
 
 class ImagePlan(Frozen):
     recipe_file: str
-    model_id: str
+    recipe_id: str  # the recipe's model.model_id: how the recipe tree knows it
+    model_id: str  # the model served: a variant may serve another (e.g. a quantized copy)
     weights: str  # what --model gets: a hub id, or the folder the image carries
     bundled_model_src: str | None  # project-relative folder copied into the image
     revision: str | None

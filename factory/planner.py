@@ -154,6 +154,7 @@ def plan_image(project: Project, loaded: LoadedRecipe, hardware_key: str, varian
     tag = f"vllm{version}-{hardware_key}-{variant_name}"
     return ImagePlan(
         recipe_file=project.relative(loaded.path),
+        recipe_id=recipe.model.model_id,
         model_id=model_id,
         weights=weights,
         bundled_model_src=bundled,
@@ -248,13 +249,13 @@ def _billions(count: str | None) -> float:
 
 
 def plan_compose(project: Project, image: ImagePlan, strategy_name: str, nodes: int) -> ComposePlan:
-    loaded = project.tree.recipe(image.model_id) if image.model_id in project.tree.recipes else None
-    recipe_strategies = loaded.recipe.compatible_strategies if loaded else []
+    loaded = project.tree.recipe(image.recipe_id)
+    recipe_strategies = loaded.recipe.compatible_strategies
     if strategy_name not in project.tree.strategies:
         raise InputError(
             "unknown strategy", field="--strategy", value=strategy_name, valid=project.tree.strategies
         )
-    if loaded and strategy_name not in recipe_strategies:
+    if strategy_name not in recipe_strategies:
         raise InputError(
             "the recipe does not list this strategy",
             file=loaded.path,
@@ -263,7 +264,7 @@ def plan_compose(project: Project, image: ImagePlan, strategy_name: str, nodes: 
             valid=recipe_strategies,
         )
     strategy = project.tree.strategies[strategy_name]
-    override = loaded.recipe.strategy_overrides.get(strategy_name) if loaded else None
+    override = loaded.recipe.strategy_overrides.get(strategy_name)
     if strategy.deploy_type == "single_node" and nodes != 1:
         raise InputError(f"{strategy_name} runs on one node", field="--nodes", value=nodes, valid=["1"])
     if strategy.deploy_type == "multi_node" and nodes < 2:

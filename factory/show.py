@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 
 from factory.plan import ComposePlan, ImagePlan, NodeRole
+from factory.serve_args import split_flags
 
 DOCKER_DEVICE_FLAGS = {
     "nvidia": ["--gpus", "all"],
@@ -68,13 +69,7 @@ def docker_run(plan: ComposePlan, role: NodeRole) -> str:
 
 def _pairs(args: list[str]) -> list[str]:
     """One flag with its values per line, as the recipe pages print them."""
-    lines: list[str] = []
-    for arg in args:
-        if arg.startswith("--") or not lines:
-            lines.append(_quote(arg))
-        else:
-            lines[-1] += " " + _quote(arg)
-    return lines
+    return [" ".join(_quote(token) for token in flag.tokens()) for flag in split_flags(args, "show")]
 
 
 def render_show(plan: ComposePlan, findings: list[str]) -> str:

@@ -10,7 +10,7 @@ from factory.planner import plan_all, plan_compose, plan_image
 from factory.preflight import preflight
 from factory.project import Project, load_project
 from factory.recipes.loader import load_tree
-from factory.recipes.schema import Dependency
+from factory.recipes.schema import Dependency, StrategyOverride
 from factory.serve_args import flatten, resolve
 from tests.conftest import FIXTURES, KIMI, TINY
 
@@ -179,3 +179,14 @@ def test_one_replica_per_node_for_the_cpu_two_node_deployment(project: Project) 
     assert plan_compose(project, tiny, "multi_node_tp_dp", 3).roles[2].args[-3:] == [
         "--data-parallel-start-rank", "2", "--headless",
     ]  # fmt: skip
+
+
+def test_a_variant_serving_another_model_keeps_its_recipes_strategy_overrides(project: Project) -> None:
+    tree = load_tree(FIXTURES / "upstream-schema")
+    fixture = Project(project.root, tree, project.catalog)
+    moe = tree.recipe("acme/Moe-Agent-1T")
+    tweaked = moe.recipe.model_copy(update={"strategy_overrides": {"single_node_tp": StrategyOverride(tp=2)}})
+    tree.recipes[moe.model_id] = type(moe)(tweaked, moe.path, None)
+    nvfp4 = plan_image(fixture, tree.recipe("acme/Moe-Agent-1T"), "h200", "nvfp4")
+    assert nvfp4.model_id == "acme/Moe-Agent-1T-NVFP4" and nvfp4.recipe_id == "acme/Moe-Agent-1T"
+    assert plan_compose(fixture, nvfp4, "single_node_tp", 1).roles[0].args == ["--tensor-parallel-size", "2"]

@@ -80,17 +80,19 @@ def bake_file(staged: StagedContext, tag: str, platform: str) -> dict[str, objec
     }
 
 
-def run_build(staged: StagedContext, tag: str, backend: str, echo: bool) -> BuildLog:
+def run_build(staged: StagedContext, tag: str, backend: str, echo: bool, no_cache: bool = False) -> BuildLog:
     """Build `staged` into `tag`; raise DockerError with the failing step's log when it fails."""
     workdir = staged.directory.parent
     if backend == "bake":
         spec = workdir / f"{staged.image.tag}.bake.json"
         spec.write_text(json.dumps(bake_file(staged, tag, staged.image.platform), indent=2), encoding="utf-8")
         command = [docker_cli(), "buildx", "bake", "--progress", "plain", "-f", str(spec)]
+        command += ["--no-cache"] if no_cache else []
     else:
         spec = workdir / f"{staged.image.tag}.compose.yaml"
         spec.write_text(yaml.safe_dump(compose_build_file(staged, tag)), encoding="utf-8")
         command = [*compose_command(), "-f", str(spec), "--progress", "plain", "build"]
+        command += ["--no-cache"] if no_cache else []
     env = {**os.environ, "DOCKER_BUILDKIT": "1", "BUILDKIT_PROGRESS": "plain"}
     log = BuildLog()
     with subprocess.Popen(

@@ -54,7 +54,12 @@ def choose_backend(requested: str, image: ImagePlan, engine_platform: str) -> st
 
 
 def build_image(
-    project: Project, image: ImagePlan, settings: BuildSettings, backend: str = "auto", echo: bool = False
+    project: Project,
+    image: ImagePlan,
+    settings: BuildSettings,
+    backend: str = "auto",
+    echo: bool = False,
+    no_cache: bool = False,
 ) -> BuildResult:
     image = check_generated(project, image)
     client = connect()
@@ -66,7 +71,7 @@ def build_image(
         staged = stage(project, image, settings, Path(workdir))
         _check_base_image(client, staged.base_image)
         try:
-            log = run_build(staged, temporary, chosen, echo)
+            log = run_build(staged, temporary, chosen, echo, no_cache)
             built = client.images.get(temporary)
             tags = [image.reference, f"{image.repository}:{image.immutable_tag}"]
             for tag in tags:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +46,7 @@ def gpu_access(image: ImagePlan, facts: EngineFacts) -> GpuAccess:
 
 
 def deployments(project: Project, image: ImagePlan) -> list[ComposePlan]:
-    recipe = project.tree.recipe(image.model_id).recipe
+    recipe = project.tree.recipe(image.recipe_id).recipe
     plans = []
     for strategy in recipe.compatible_strategies:
         if strategy_mismatch(project, recipe, image.hardware, strategy):
@@ -137,4 +136,3 @@ def _live_probes(image: ImagePlan, args: list[str], report: ValidationReport, ti
             report.add(step, False, str(exc))
         except Exception as exc:  # a network error is a failed probe, not a crash
             report.add(step, False, f"{type(exc).__name__}: {exc}")
-    time.sleep(0)  # the container is gone here: `running` removed it
