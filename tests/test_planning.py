@@ -6,7 +6,7 @@ import pytest
 
 from factory.errors import InputError, RefusedError
 from factory.plan import ImagePlan
-from factory.planner import plan_all, plan_compose, plan_image
+from factory.planner import hardware_targets, plan_all, plan_compose, plan_image
 from factory.preflight import preflight
 from factory.project import Project, load_project
 from factory.recipes.loader import load_tree
@@ -190,3 +190,23 @@ def test_a_variant_serving_another_model_keeps_its_recipes_strategy_overrides(pr
     nvfp4 = plan_image(fixture, tree.recipe("acme/Moe-Agent-1T"), "h200", "nvfp4")
     assert nvfp4.model_id == "acme/Moe-Agent-1T-NVFP4" and nvfp4.recipe_id == "acme/Moe-Agent-1T"
     assert plan_compose(fixture, nvfp4, "single_node_tp", 1).roles[0].args == ["--tensor-parallel-size", "2"]
+
+
+def test_a_pinned_revision_pins_code_and_weights(project: Project) -> None:
+    loaded = project.tree.recipe(KIMI)
+    pinned = loaded.recipe.model_copy(
+        update={"model": loaded.recipe.model.model_copy(update={"revision": "0123abcd"})}
+    )
+    image = plan_image(project, type(loaded)(pinned, loaded.path, None), "h200", "default")
+    args = image.entrypoint_args
+    assert args[args.index("--revision") + 1] == "0123abcd"
+    assert args[args.index("--code-revision") + 1] == "0123abcd"
+    assert not any("--trust-remote-code" in str(f) for f in preflight(project, image))
+
+
+def test_hardware_the_factory_cannot_build_for_is_reported_and_skipped(project: Project) -> None:
+    fixture = Project(project.root, load_tree(FIXTURES / "upstream-schema"), project.catalog)
+    _, skipped_list = hardware_targets(fixture, fixture.tree.recipe("example/small-moe-it"))
+    skipped = {entry.what: entry.reason for entry in skipped_list}
+    assert "cannot build for Google tpu" in skipped["example/small-moe-it on trillium"]
+    assert "cannot build for Intel cpu" in skipped["example/small-moe-it on xeon6"]
