@@ -167,6 +167,22 @@ def cmd_publish(project: Project, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sbom(project: Project, args: argparse.Namespace) -> int:
+    import json
+
+    from factory.engine import connect
+    from factory.publish.sbom import cyclonedx
+
+    client = connect()
+    for image in _select_images(project, args):
+        path = args.reports / f"sbom-{image.slug}-{image.tag}.cdx.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        bom = cyclonedx(client, image.reference)
+        path.write_text(json.dumps(bom, indent=2) + "\n", encoding="utf-8")
+        print(f"{path}: {len(bom['components'])} components")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="factory", description=__doc__)
     parser.add_argument(
@@ -235,6 +251,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="publish although no passing validation is recorded (loud)",
     )
     publish.set_defaults(func=cmd_publish)
+
+    sbom = sub.add_parser("sbom", help="write a CycloneDX SBOM of a built image, read from inside it")
+    _add_target_args(sbom)
+    sbom.add_argument("--reports", type=Path, default=Path("reports"))
+    sbom.set_defaults(func=cmd_sbom)
 
     bench = sub.add_parser(
         "testbench-settings", help="write .factory.local.toml for this machine (testbench/up)"

@@ -25,6 +25,8 @@ class LocalRegistry:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> None:
+        if self.process and self.process.poll() is None:
+            return  # already serving: a second process could not bind the port and would leak
         binary = shutil.which("docker-registry") or "/usr/bin/docker-registry"
         htpasswd = shutil.which("htpasswd") or "/usr/bin/htpasswd"
         if not self.port:

