@@ -183,6 +183,32 @@ def cmd_sbom(project: Project, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_publish_platforms(project: Project, args: argparse.Namespace) -> int:
+    from factory.planner import plan_all
+    from factory.publish.platforms import platform_groups, push_platform_list
+    from factory.publish.registry import credentials_for, split_registry
+    from factory.settings import load_settings
+
+    registry = args.registry or load_settings(project.root).registry
+    if not registry:
+        raise InputError(
+            "no registry given", field="--registry", hint="pass --registry HOST[:PORT][/NAMESPACE]"
+        )
+    recipe_id = project.tree.recipe(args.model).model_id
+    groups = [g for g in platform_groups(plan_all(project).images) if g.members[0].recipe_id == recipe_id]
+    if not groups:
+        print(f"{recipe_id}: no images that differ only in platform; nothing to join")
+    credentials = credentials_for(split_registry(registry)[0])
+    for group in groups:
+        repository = group.members[0].repository
+        digest = push_platform_list(
+            registry, repository, group.tag, [m.tag for m in group.members], credentials
+        )
+        platforms = ", ".join(f"{m.hardware} {m.platform}" for m in group.members)
+        print(f"published {registry}/{repository}:{group.tag} {digest} ({platforms})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="factory", description=__doc__)
     parser.add_argument(
@@ -251,6 +277,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="publish although no passing validation is recorded (loud)",
     )
     publish.set_defaults(func=cmd_publish)
+
+    platforms = sub.add_parser(
+        "publish-platforms", help="join published images that differ only in CPU platform under one tag"
+    )
+    platforms.add_argument("model")
+    platforms.add_argument("--registry", help="HOST[:PORT][/NAMESPACE]")
+    platforms.set_defaults(func=cmd_publish_platforms)
 
     sbom = sub.add_parser("sbom", help="write a CycloneDX SBOM of a built image, read from inside it")
     _add_target_args(sbom)

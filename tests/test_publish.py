@@ -3,23 +3,29 @@
 from __future__ import annotations
 
 import contextlib
+import gzip
+import hashlib
+import io
 import json
 import shutil
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import docker
 import pytest
+import requests
 from docker.errors import ImageNotFound
 
-from factory.errors import RefusedError
+from factory.errors import InputError, RefusedError
 from factory.plan import ImagePlan
-from factory.planner import plan_image
+from factory.planner import plan_all, plan_image
 from factory.project import Project
+from factory.publish.platforms import DOCKER_LIST, DOCKER_MANIFEST, platform_groups, push_platform_list
 from factory.publish.publisher import publish_image
 from factory.publish.pusher import PushFailed, push
-from factory.publish.registry import Credentials, manifest_digest
+from factory.publish.registry import Credentials, manifest_digest, registry_request
 from tests.conftest import KIMI, ROOT, TINY, run_factory
 from tests.registry import LocalRegistry
 
@@ -195,3 +201,97 @@ def test_sbom_lists_what_is_really_in_the_image(tiny_built: Any, tmp_path: Path)
     assert "pkg:pypi/torch@2.13.0%2Bcpu" in purls
     assert not any(purl.startswith("pkg:pypi/torchvision@") for purl in purls), "removed for the +cpu torch"
     assert any(purl.startswith("pkg:deb/debian/python3@") for purl in purls)
+
+
+def upload_image(
+    registry: LocalRegistry, login: Credentials, repository: str, tag: str, architecture: str
+) -> str:
+    """A real single-platform image, written straight into the registry through its HTTP API."""
+    tar = io.BytesIO()
+    with tarfile.open(fileobj=tar, mode="w") as archive:
+        content = f"built for {architecture}\n".encode()
+        info = tarfile.TarInfo(f"platform-{architecture}.txt")
+        info.size = len(content)
+        archive.addfile(info, io.BytesIO(content))
+    layer = gzip.compress(tar.getvalue(), mtime=0)
+    config = json.dumps({
+        "architecture": architecture, "os": "linux", "config": {"Cmd": ["/bin/true"]},
+        "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(tar.getvalue()).hexdigest()]},
+    }).encode()  # fmt: skip
+
+    def blob(data: bytes) -> str:
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        start = registry_request("POST", registry.address, f"{repository}/blobs/uploads/", login)
+        location = start.headers["Location"]
+        url = location if location.startswith("http") else f"http://{registry.address}{location}"
+        done = requests.put(
+            url, params={"digest": digest}, data=data, auth=(login.username, login.password), timeout=30
+        )
+        assert done.status_code == 201, done.text
+        return digest
+
+    config_ref = {"mediaType": "application/vnd.docker.container.image.v1+json", "size": len(config)}
+    layer_ref = {"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip", "size": len(layer)}
+    manifest = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": DOCKER_MANIFEST,
+            "config": {**config_ref, "digest": blob(config)},
+            "layers": [{**layer_ref, "digest": blob(layer)}],
+        }
+    ).encode()
+    put = registry_request(
+        "PUT",
+        registry.address,
+        f"{repository}/manifests/{tag}",
+        login,
+        {"Content-Type": DOCKER_MANIFEST},
+        manifest,
+    )
+    assert put.status_code == 201, put.text
+    return "sha256:" + hashlib.sha256(config).hexdigest()
+
+
+def test_images_of_two_platforms_join_under_one_tag_and_the_engine_pulls_its_own(
+    registry: LocalRegistry, login: Credentials, docker_client: docker.DockerClient, untag: list[str]
+) -> None:
+    repository = "factory-test/multiplatform"
+    amd64_config = upload_image(registry, login, repository, "vllm0.0.1-sm_100-default-b200", "amd64")
+    upload_image(registry, login, repository, "vllm0.0.1-sm_100-default-gb200", "arm64")
+    digest = push_platform_list(
+        registry.address, repository, "vllm0.0.1-sm_100-default",
+        ["vllm0.0.1-sm_100-default-b200", "vllm0.0.1-sm_100-default-gb200"], login,
+    )  # fmt: skip
+    listed = registry_request(
+        "GET",
+        registry.address,
+        f"{repository}/manifests/vllm0.0.1-sm_100-default",
+        login,
+        {"Accept": DOCKER_LIST},
+    ).json()
+    assert {m["platform"]["architecture"] for m in listed["manifests"]} == {"amd64", "arm64"}
+    assert manifest_digest(registry.address, repository, "vllm0.0.1-sm_100-default", login) == digest
+    reference = f"{registry.address}/{repository}:vllm0.0.1-sm_100-default"
+    pulled = docker_client.images.pull(reference, auth_config=login.as_auth_config())
+    untag.append(reference)
+    assert pulled.id == amd64_config, "an amd64 engine pulls the amd64 member of the list"
+
+
+def test_a_list_needs_one_image_per_platform(registry: LocalRegistry, login: Credentials) -> None:
+    repository = "factory-test/same-platform"
+    upload_image(registry, login, repository, "a", "amd64")
+    upload_image(registry, login, repository, "b", "amd64")
+    with pytest.raises(InputError, match="one image per platform"):
+        push_platform_list(registry.address, repository, "joined", ["a", "b"], login)
+    assert manifest_digest(registry.address, repository, "joined", login) is None
+
+
+def test_the_kimi_recipe_joins_blackwell_trays_with_their_x86_twins(project: Project) -> None:
+    groups = {
+        g.tag: [(m.hardware, m.platform) for m in g.members]
+        for g in platform_groups(plan_all(project).images)
+    }
+    assert groups == {
+        "vllm0.11.2-sm_100-default": [("b200", "linux/amd64"), ("gb200", "linux/arm64")],
+        "vllm0.11.2-sm_103-default": [("b300", "linux/amd64"), ("gb300", "linux/arm64")],
+    }

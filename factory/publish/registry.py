@@ -58,30 +58,43 @@ def split_registry(registry: str) -> tuple[str, str]:
     return host, namespace.strip("/")
 
 
-def manifest_digest(registry: str, repository: str, tag: str, credentials: Credentials | None) -> str | None:
-    """The digest the registry serves for repository:tag (repository without the namespace), or None
-    when it has no such tag. Basic auth, or the bearer-token exchange that ghcr.io and Docker Hub use."""
+def registry_request(
+    method: str,
+    registry: str,
+    path: str,
+    credentials: Credentials | None,
+    headers: dict[str, str] | None = None,
+    data: bytes | None = None,
+) -> requests.Response:
+    """One registry API call on /v2/<namespace>/<path>: basic auth, or the bearer-token exchange that
+    ghcr.io and Docker Hub answer 401 with. Network errors become DockerError."""
     host, namespace = split_registry(registry)
-    path = f"{namespace}/{repository}" if namespace else repository
-    url = f"{api_base(host)}/v2/{path}/manifests/{tag}"
+    url = f"{api_base(host)}/v2/{namespace + '/' if namespace else ''}{path}"
     login = (credentials.username, credentials.password) if credentials else None
-    headers = {"Accept": MANIFEST_TYPES}
+    sent = dict(headers or {})
     try:
-        response = requests.head(url, headers=headers, auth=login, timeout=30)
+        response = requests.request(method, url, headers=sent, data=data, auth=login, timeout=60)
         challenge = response.headers.get("WWW-Authenticate", "")
         if response.status_code == 401 and challenge.lower().startswith("bearer "):
-            headers["Authorization"] = f"Bearer {_bearer_token(challenge, login)}"
-            response = requests.head(url, headers=headers, timeout=30)
+            sent["Authorization"] = f"Bearer {_bearer_token(challenge, login)}"
+            response = requests.request(method, url, headers=sent, data=data, timeout=60)
     except requests.RequestException as exc:
-        raise DockerError(
-            f"cannot read {registry}/{repository}:{tag} back from the registry: {exc}"
-        ) from None
-    if response.status_code == 404:
-        return None
+        raise DockerError(f"the registry {host} could not be reached for {path}: {exc}") from None
     if response.status_code in (401, 403):
         raise DockerError(f"the registry {host} refused the credentials (HTTP {response.status_code})")
+    return response
+
+
+def manifest_digest(registry: str, repository: str, tag: str, credentials: Credentials | None) -> str | None:
+    """The digest the registry serves for repository:tag (repository without the namespace), or None
+    when it has no such tag."""
+    response = registry_request(
+        "HEAD", registry, f"{repository}/manifests/{tag}", credentials, {"Accept": MANIFEST_TYPES}
+    )
+    if response.status_code == 404:
+        return None
     if response.status_code != 200:
-        raise DockerError(f"the registry answered HTTP {response.status_code} for {path}:{tag}")
+        raise DockerError(f"the registry answered HTTP {response.status_code} for {repository}:{tag}")
     digest = response.headers.get("Docker-Content-Digest")
     return str(digest) if digest else None
 

@@ -1,0 +1,128 @@
+"""Multi-platform tags: one manifest list over a recipe's images that differ only in CPU platform.
+
+B200 (linux/amd64) and GB200 (linux/arm64, Grace) serve the same GPU architecture with the same
+recipe; a user on either pulls one tag and gets the right image. Each member must already be
+published (and so validated); platforms are read from what the registry holds, not assumed."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from factory.errors import DockerError, InputError
+from factory.plan import ImagePlan
+from factory.publish.registry import MANIFEST_TYPES, Credentials, manifest_digest, registry_request
+
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+
+
+@dataclass(frozen=True)
+class PlatformGroup:
+    tag: str  # the multi-platform tag, e.g. vllm0.11.2-sm_100-default
+    members: tuple[ImagePlan, ...]
+
+
+@dataclass(frozen=True)
+class Member:
+    tag: str
+    digest: str
+    media_type: str
+    size: int
+    platform: dict[str, str]
+
+    @property
+    def platform_name(self) -> str:
+        return "/".join(
+            filter(None, (self.platform["os"], self.platform["architecture"], self.platform.get("variant")))
+        )
+
+
+def platform_groups(images: list[ImagePlan]) -> list[PlatformGroup]:
+    """Images of one recipe, variant, vLLM and GPU architecture that exist for more than one platform."""
+    groups: dict[tuple[str, ...], list[ImagePlan]] = {}
+    for image in images:
+        if image.gpu_arch is None:
+            continue
+        key = (image.recipe_id, image.variant, image.vllm_version, image.vendor, image.gpu_arch)
+        groups.setdefault(key, []).append(image)
+    found = []
+    for (_, variant, version, _, arch), members in groups.items():
+        first_per_platform = {image.platform: image for image in reversed(members)}
+        if len(first_per_platform) > 1:
+            ordered = tuple(sorted(first_per_platform.values(), key=lambda image: image.platform))
+            found.append(PlatformGroup(f"vllm{version}-{arch}-{variant}", ordered))
+    return found
+
+
+def describe(registry: str, repository: str, tag: str, credentials: Credentials | None) -> Member:
+    response = registry_request(
+        "GET", registry, f"{repository}/manifests/{tag}", credentials, {"Accept": MANIFEST_TYPES}
+    )
+    if response.status_code == 404:
+        raise DockerError(
+            f"{registry}/{repository}:{tag} is not published; publish each platform's image first"
+        )
+    if response.status_code != 200:
+        raise DockerError(f"the registry answered HTTP {response.status_code} for {repository}:{tag}")
+    media_type = response.headers.get("Content-Type", "").split(";")[0]
+    if media_type in (DOCKER_LIST, OCI_INDEX):
+        raise DockerError(f"{repository}:{tag} is already a multi-platform list")
+    manifest: dict[str, Any] = json.loads(response.content)
+    config = registry_request(
+        "GET", registry, f"{repository}/blobs/{manifest['config']['digest']}", credentials
+    )
+    if config.status_code != 200:
+        raise DockerError(f"cannot read the config of {repository}:{tag} (HTTP {config.status_code})")
+    settings = config.json()
+    platform = {"os": settings["os"], "architecture": settings["architecture"]}
+    if settings.get("variant"):
+        platform["variant"] = settings["variant"]
+    digest = (
+        response.headers.get("Docker-Content-Digest")
+        or "sha256:" + hashlib.sha256(response.content).hexdigest()
+    )
+    return Member(tag, digest, media_type, len(response.content), platform)
+
+
+def push_platform_list(
+    registry: str, repository: str, tag: str, member_tags: list[str], credentials: Credentials | None
+) -> str:
+    members = [describe(registry, repository, member, credentials) for member in member_tags]
+    names = [member.platform_name for member in members]
+    if len(set(names)) != len(names):
+        raise InputError(
+            "a multi-platform tag needs one image per platform",
+            field="members",
+            value=dict(zip(member_tags, names, strict=True)),
+        )
+    list_type = DOCKER_LIST if all(m.media_type == DOCKER_MANIFEST for m in members) else OCI_INDEX
+    body = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": list_type,
+            "manifests": [
+                {"mediaType": m.media_type, "size": m.size, "digest": m.digest, "platform": m.platform}
+                for m in members
+            ],
+        },
+        separators=(",", ":"),
+    ).encode()
+    response = registry_request(
+        "PUT", registry, f"{repository}/manifests/{tag}", credentials, {"Content-Type": list_type}, body
+    )
+    if response.status_code not in (200, 201):
+        raise DockerError(
+            f"the registry refused the list {repository}:{tag} (HTTP {response.status_code}):"
+            f" {response.text[:300]}"
+        )
+    digest = "sha256:" + hashlib.sha256(body).hexdigest()
+    served = manifest_digest(registry, repository, tag, credentials)
+    if served != digest:
+        raise DockerError(
+            f"{repository}:{tag}: the registry serves {served}, but the list pushed was {digest}"
+        )
+    return digest
