@@ -64,6 +64,8 @@ def build_image(
     image = check_generated(project, image)
     client = connect()
     facts = engine_facts(client)
+    gpu = "NVIDIA runtime" if facts.has_nvidia_runtime else "no GPU runtime"
+    print(f"engine {facts.version} (API {facts.api_version}), {facts.platform}, {gpu}", flush=True)
     chosen = choose_backend(backend, image, facts.platform)
     temporary = f"factory-build-tmp/{image.slug}:{uuid.uuid4().hex[:12]}"
     started = time.monotonic()
