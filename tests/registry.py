@@ -60,6 +60,11 @@ class LocalRegistry:
             self.process.terminate()  # ours: started above, ended by its own handle
             self.process.wait(timeout=30)
 
+    def remove(self) -> None:
+        """Stop, and delete the pushed layers (gigabytes) rather than leave them to pytest's temp folders."""
+        self.stop()
+        shutil.rmtree(self.root / "data", ignore_errors=True)
+
     def repositories(self) -> list[str]:
         response = requests.get(
             f"http://{self.address}/v2/_catalog", auth=(self.user, self.password), timeout=10

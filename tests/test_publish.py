@@ -43,7 +43,7 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRegistry
     reg = LocalRegistry(tmp_path_factory.mktemp("registry"))
     reg.start()
     yield reg
-    reg.stop()
+    reg.remove()
 
 
 @pytest.fixture
@@ -52,7 +52,7 @@ def empty_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRe
     reg = LocalRegistry(tmp_path_factory.mktemp("empty-registry"))
     reg.start()
     yield reg
-    reg.stop()
+    reg.remove()
 
 
 @pytest.fixture
