@@ -27,6 +27,7 @@ from docker.errors import ImageNotFound
 
 from factory.build.builder import BuildResult, build_image
 from factory.engine import connect
+from factory.files import write_text_atomic
 from factory.generate import all_outputs, write_outputs
 from factory.plan import ImagePlan
 from factory.planner import plan_all, plan_image
@@ -277,11 +278,9 @@ def main() -> int:
     print(table(figures))
     print("\nlayers beyond the base, largest first (CPU image):")
     print("\n".join(listing))
-    args.json.parent.mkdir(parents=True, exist_ok=True)
     machine = {"cores": os.cpu_count(), "platform": sys.platform}
-    args.json.write_text(
-        json.dumps({"machine": machine, "figures": [asdict(f) for f in figures]}, indent=2) + "\n"
-    )
+    figures_json = json.dumps({"machine": machine, "figures": [asdict(f) for f in figures]}, indent=2)
+    write_text_atomic(args.json, figures_json + "\n")
     print(f"\nwritten: {args.json}")
     return 0
 

@@ -171,14 +171,14 @@ def cmd_sbom(project: Project, args: argparse.Namespace) -> int:
     import json
 
     from factory.engine import connect
+    from factory.files import write_text_atomic
     from factory.publish.sbom import cyclonedx
 
     client = connect()
     for image in _select_images(project, args):
         path = args.reports / f"sbom-{image.slug}-{image.tag}.cdx.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
         bom = cyclonedx(client, image.reference)
-        path.write_text(json.dumps(bom, indent=2) + "\n", encoding="utf-8")
+        write_text_atomic(path, json.dumps(bom, indent=2) + "\n")
         print(f"{path}: {len(bom['components'])} components")
     return 0
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from pydantic import Field
 
 from factory.errors import InputError
+from factory.files import write_text_atomic
 from factory.models_base import Strict
 
 LOCAL_SETTINGS = ".factory.local.toml"
@@ -105,6 +106,4 @@ def write_testbench_settings(path: Path, base_image: str) -> None:
             "# The PyTorch CPU index is unreachable here; the +cpu torch comes from find_links.",
             'pip_extra_index_url = ""',
         ]
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(path, "\n".join(lines) + "\n")

@@ -20,6 +20,7 @@ from factory.build.backends import has_buildx, run_build
 from factory.build.context import check_generated, stage
 from factory.engine import connect, engine_facts
 from factory.errors import DockerError
+from factory.files import write_text_atomic
 from factory.plan import ImagePlan
 from factory.project import Project
 from factory.settings import BuildSettings
@@ -111,10 +112,7 @@ def _untag(client: docker.DockerClient, reference: str) -> None:
 
 
 def write_report(results: list[BuildResult], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps([asdict(result) for result in results], indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(path, json.dumps([asdict(result) for result in results], indent=2) + "\n")
 
 
 def summary(result: BuildResult) -> str:

@@ -11,6 +11,7 @@ from docker.errors import ImageNotFound
 
 from factory.engine import connect
 from factory.errors import DockerError, InputError, RefusedError
+from factory.files import write_text_atomic
 from factory.generate import with_inputs_hash
 from factory.plan import ImagePlan
 from factory.project import Project
@@ -109,7 +110,4 @@ def publish_image(
 
 
 def write_publish_report(results: list[Published], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps([asdict(result) for result in results], indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(path, json.dumps([asdict(result) for result in results], indent=2) + "\n")

@@ -7,6 +7,8 @@ import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from factory.files import write_text_atomic
+
 
 @dataclass(frozen=True)
 class Case:
@@ -46,7 +48,7 @@ class ValidationReport:
 
 def write_json(report: ValidationReport, path: Path) -> None:
     data = asdict(report) | {"passed": report.passed, "fully_validated": report.fully_validated}
-    _atomic_write(path, json.dumps(data, indent=2) + "\n")
+    write_text_atomic(path, json.dumps(data, indent=2) + "\n")
 
 
 def write_junit(report: ValidationReport, path: Path) -> None:
@@ -65,7 +67,7 @@ def write_junit(report: ValidationReport, path: Path) -> None:
             ET.SubElement(element, "failure", message=case.detail[:200]).text = case.detail
         elif case.status == "skipped":
             ET.SubElement(element, "skipped", message=case.detail)
-    _atomic_write(path, ET.tostring(suite, encoding="unicode") + "\n")
+    write_text_atomic(path, ET.tostring(suite, encoding="unicode") + "\n")
 
 
 def record_path(records: Path, image_id: str) -> Path:
@@ -77,10 +79,3 @@ def write_record(report: ValidationReport, records: Path) -> Path:
     path = record_path(records, report.image_id)
     write_json(report, path)
     return path
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
