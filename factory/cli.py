@@ -139,8 +139,8 @@ def cmd_validate(project: Project, args: argparse.Namespace) -> int:
     return status
 
 
-def cmd_publish(project: Project, args: argparse.Namespace) -> int:
-    from factory.publish.publisher import publish_image, write_publish_report
+def _registry(project: Project, args: argparse.Namespace) -> str:
+    """--registry, else the `registry` setting (.factory.local.toml or FACTORY_REGISTRY)."""
     from factory.settings import load_settings
 
     registry = args.registry or load_settings(project.root).registry
@@ -148,8 +148,15 @@ def cmd_publish(project: Project, args: argparse.Namespace) -> int:
         raise InputError(
             "no registry given",
             field="--registry",
-            hint="pass --registry HOST[:PORT] or set FACTORY_REGISTRY",
+            hint="pass --registry HOST[:PORT][/NAMESPACE] or set FACTORY_REGISTRY",
         )
+    return registry
+
+
+def cmd_publish(project: Project, args: argparse.Namespace) -> int:
+    from factory.publish.publisher import publish_image, write_publish_report
+
+    registry = _registry(project, args)
     results = []
     for image in _select_images(project, args):
         published = publish_image(
@@ -187,13 +194,8 @@ def cmd_publish_platforms(project: Project, args: argparse.Namespace) -> int:
     from factory.planner import plan_all
     from factory.publish.platforms import platform_groups, push_platform_list
     from factory.publish.registry import credentials_for, split_registry
-    from factory.settings import load_settings
 
-    registry = args.registry or load_settings(project.root).registry
-    if not registry:
-        raise InputError(
-            "no registry given", field="--registry", hint="pass --registry HOST[:PORT][/NAMESPACE]"
-        )
+    registry = _registry(project, args)
     recipe_id = project.tree.recipe(args.model).model_id
     groups = [g for g in platform_groups(plan_all(project).images) if g.members[0].recipe_id == recipe_id]
     if not groups:
@@ -282,7 +284,9 @@ def build_parser() -> argparse.ArgumentParser:
         "publish-platforms", help="join published images that differ only in CPU platform under one tag"
     )
     platforms.add_argument("model")
-    platforms.add_argument("--registry", help="HOST[:PORT][/NAMESPACE]")
+    platforms.add_argument(
+        "--registry", help="HOST[:PORT][/NAMESPACE] (default: the registry setting / FACTORY_REGISTRY)"
+    )
     platforms.set_defaults(func=cmd_publish_platforms)
 
     sbom = sub.add_parser("sbom", help="write a CycloneDX SBOM of a built image, read from inside it")
