@@ -22,7 +22,8 @@ DEFAULT_NODES = 2
 # (weights read from disk, CUDA graphs captured), so add 10 s per billion parameters.
 BASE_START_PERIOD_S = 300
 START_SECONDS_PER_BILLION = 10
-STRATEGY_PARTS = ("strategy", "strategy_override", "node")
+# Where data-parallel ranks find the head, for every DP strategy; the values come from the node's settings.
+DP_RENDEZVOUS = ("--data-parallel-address", "${HEAD_ADDRESS}", "--data-parallel-rpc-port", "${DP_RPC_PORT}")
 
 
 @dataclass(frozen=True)
@@ -314,10 +315,7 @@ def node_roles(strategy: Strategy, gpus: int, nodes: int, tp_override: int | Non
             str(total),
             "--data-parallel-size-local",
             str(gpus),
-            "--data-parallel-address",
-            "${HEAD_ADDRESS}",
-            "--data-parallel-rpc-port",
-            "${DP_RPC_PORT}",
+            *DP_RENDEZVOUS,
         ]
         return [
             NodeRole(
@@ -337,10 +335,7 @@ def node_roles(strategy: Strategy, gpus: int, nodes: int, tp_override: int | Non
             str(nodes),
             "--data-parallel-size-local",
             "1",
-            "--data-parallel-address",
-            "${HEAD_ADDRESS}",
-            "--data-parallel-rpc-port",
-            "${DP_RPC_PORT}",
+            *DP_RENDEZVOUS,
         ]
         return [
             NodeRole(
