@@ -8,16 +8,16 @@ import sys
 from pathlib import Path
 
 import nox
-import yaml
+
+from factory.catalog.loader import load_catalog
 
 nox.options.default_venv_backend = "none"
 nox.options.sessions = ["lint", "check-generated", "tests"]
 
 ROOT = Path(__file__).parent
 PY = sys.executable
-# The model each hardware's build session builds: the first recipe, or the built-in default on the CPU.
-FIRST_RECIPE = "moonshotai/Kimi-Linear-48B-A3B-Instruct"
-DEFAULT_RECIPE = {"cpu": "factory/tiny-random-llama"}
+# The catalog says which recipe each hardware's session builds (build_recipes).
+CATALOG = load_catalog(ROOT / "catalog" / "hardware.yaml")
 PROBES = {"cpu": "end to end: real vLLM serving, /health and a chat completion"}
 
 
@@ -28,8 +28,9 @@ def factory(session: nox.Session, *args: str) -> None:
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff and strict mypy on the package; hadolint runs inside the tests."""
-    session.run(PY, "-m", "ruff", "check", "factory", "tests", "noxfile.py", "testbench")
-    session.run(PY, "-m", "ruff", "format", "--check", "factory", "tests", "noxfile.py", "testbench")
+    paths = ["factory", "tests", "benchmarks", "noxfile.py", "testbench"]
+    session.run(PY, "-m", "ruff", "check", *paths)
+    session.run(PY, "-m", "ruff", "format", "--check", *paths)
     session.run(PY, "-m", "mypy")
 
 
@@ -64,31 +65,26 @@ def publish(session: nox.Session) -> None:
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
     """Benchmarks: cold build vs pip floor, rebuild cost, layer sharing, size vs floor, probe overhead."""
-    session.run(PY, "-m", "factory.benchmark", *session.posargs)
-
-
-def _hardware() -> list[str]:
-    catalog = yaml.safe_load((ROOT / "catalog" / "hardware.yaml").read_text(encoding="utf-8"))
-    return list(catalog["hardware"])
+    session.run(PY, str(ROOT / "benchmarks" / "bench.py"), *session.posargs)
 
 
 def _make_build_session(hardware: str) -> None:
-    recipe = DEFAULT_RECIPE.get(hardware, FIRST_RECIPE)
+    recipe = CATALOG.build_recipe(hardware)
 
     @nox.session(name=f"build-{hardware}", default=False)
     def build(session: nox.Session) -> None:
-        factory(session, "build", recipe, "--hardware", hardware, *session.posargs)
-        factory(session, "validate", recipe, "--hardware", hardware, "--allow-no-gpu")
+        factory(session, "build", "--hardware", hardware, *session.posargs)
+        factory(session, "validate", "--hardware", hardware, "--allow-no-gpu")
 
     probes = PROBES.get(hardware, "static checks; GPU probes need the GPU")
     build.__doc__ = f"Build the {recipe} image for {hardware}, then validate it ({probes})."
 
     @nox.session(name=f"validate-{hardware}", default=False)
     def validate(session: nox.Session) -> None:
-        factory(session, "validate", recipe, "--hardware", hardware, *session.posargs)
+        factory(session, "validate", "--hardware", hardware, *session.posargs)
 
     validate.__doc__ = f"Validate the built {recipe} image for {hardware}; fails where its GPU is absent."
 
 
-for _name in _hardware():
+for _name in CATALOG.hardware:
     _make_build_session(_name)

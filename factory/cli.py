@@ -1,4 +1,4 @@
-"""The `factory` command: generate, show, build, validate, publish."""
+"""The `factory` command: parses arguments, calls the package, prints what it returns. It decides nothing."""
 
 from __future__ import annotations
 
@@ -6,79 +6,63 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from factory.errors import FactoryError, InputError
-from factory.plan import ImagePlan
-from factory.project import Project, load_project
+from factory.errors import FactoryError
+from factory.plan.deployments import DEFAULT_NODES
+from factory.project import Project, find_root, load_project
+
+if TYPE_CHECKING:
+    from factory.blueprint import Blueprint
 
 
-def find_root(start: Path) -> Path:
-    for folder in [start, *start.parents]:
-        if (folder / "recipes" / "taxonomy.yaml").is_file() and (folder / "catalog").is_dir():
-            return folder
-    raise InputError(
-        "no factory project here: looked for recipes/taxonomy.yaml and catalog/ here and above",
-        file=start,
-        hint="run inside the project, or pass --root",
-    )
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def warn(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def cmd_generate(project: Project, args: argparse.Namespace) -> int:
-    from factory.generate import all_outputs, stale_outputs, write_outputs
-    from factory.planner import plan_all
-    from factory.preflight import preflight
+    from factory.generate import generate
 
-    plans = plan_all(project, nodes=args.nodes)
-    files = all_outputs(project, plans)
-    for skipped in plans.skipped:
-        print(f"skipped: {skipped.what}: {skipped.reason}", file=sys.stderr)
+    result = generate(project, check=args.check, nodes=args.nodes)
+    for skipped in result.blueprints.skipped:
+        warn(f"skipped: {skipped.what}: {skipped.reason}")
     # One line per finding, naming every image it concerns, rather than one per image.
     affected: dict[str, list[str]] = {}
-    for image in plans.images:
-        for finding in preflight(project, image):
-            affected.setdefault(str(finding), []).append(f"{image.slug}:{image.tag}")
+    for blueprint in result.blueprints.images:
+        for finding in blueprint.findings:
+            affected.setdefault(str(finding), []).append(f"{blueprint.image.slug}:{blueprint.image.tag}")
     for finding_text, images in affected.items():
-        print(f"{finding_text}\n  images: {', '.join(images)}", file=sys.stderr)
-    if args.check:
-        problems = stale_outputs(project.root, files)
-        if problems:
-            print(
-                "generated files are stale; run `factory generate` (or `nox -s generate`):", file=sys.stderr
-            )
-            for problem in problems:
-                print(f"  {problem}", file=sys.stderr)
-            return 1
-        print(
-            f"up to date: {len(plans.images)} images, {len(plans.composes)} deployments, {len(files)} files"
-        )
-        return 0
-    write_outputs(project.root, files)
-    print(f"wrote {len(files)} files: {len(plans.images)} images, {len(plans.composes)} deployments")
+        warn(f"{finding_text}\n  images: {', '.join(images)}")
+    if result.stale:
+        warn("generated files are stale; run `factory generate` (or `nox -s generate`):")
+        for problem in result.stale:
+            warn(f"  {problem}")
+        return 1
+    say(result.summary)
     return 0
 
 
 def cmd_show(project: Project, args: argparse.Namespace) -> int:
-    from factory.generate import with_inputs_hash
-    from factory.planner import plan_compose, plan_image
-    from factory.preflight import preflight
+    from factory.blueprint import choose_deployment
     from factory.show import render_show
 
-    loaded = project.tree.recipe(args.model)
-    variant = args.variant or next(iter(loaded.recipe.variants))
-    image = with_inputs_hash(project, plan_image(project, loaded, args.hardware, variant))
-    strategy = args.strategy or loaded.recipe.compatible_strategies[0]
-    deploy = project.tree.strategies[strategy].deploy_type if strategy in project.tree.strategies else ""
-    nodes = args.nodes if args.nodes is not None else (2 if deploy == "multi_node" else 1)
-    plan = plan_compose(project, image, strategy, nodes)
-    print(render_show(plan, [str(finding) for finding in preflight(project, image)]), end="")
+    blueprint, deployment = choose_deployment(
+        project, args.model, args.hardware, args.strategy, args.variant, args.nodes
+    )
+    print(render_show(deployment, [str(finding) for finding in blueprint.findings]), end="")
     return 0
 
 
 def cmd_list(project: Project, args: argparse.Namespace) -> int:
-    from factory.planner import plan_all
+    from factory.blueprint import plan_project
 
-    for image in plan_all(project).images:
-        print(f"{image.reference}\t{image.platform}\t{image.directory}")
+    for blueprint in plan_project(project).images:
+        image = blueprint.image
+        say(f"{image.reference}\t{image.platform}\t{image.directory}")
     return 0
 
 
@@ -86,16 +70,15 @@ def cmd_testbench_settings(project: Project, args: argparse.Namespace) -> int:
     from factory.settings import write_testbench_settings
 
     write_testbench_settings(args.output, args.base_image)
-    print(f"wrote {args.output}")
+    say(f"wrote {args.output}")
     return 0
 
 
-def _select_images(project: Project, args: argparse.Namespace) -> list[ImagePlan]:
-    from factory.planner import plan_image
+def _selected(project: Project, args: argparse.Namespace) -> list[Blueprint]:
+    from factory.blueprint import select
 
-    loaded = project.tree.recipe(args.model)
-    variants = [args.variant] if args.variant else list(loaded.recipe.variants)
-    return [plan_image(project, loaded, args.hardware, variant) for variant in variants]
+    model = args.model or project.catalog.build_recipe(args.hardware)
+    return select(project, model, args.hardware, args.variant)
 
 
 def cmd_build(project: Project, args: argparse.Namespace) -> int:
@@ -104,14 +87,19 @@ def cmd_build(project: Project, args: argparse.Namespace) -> int:
 
     settings = load_settings(project.root, {"base_image": args.base_image})
     results = []
-    for image in _select_images(project, args):
+    for blueprint in _selected(project, args):
         result = build_image(
-            project, image, settings, backend=args.backend, echo=args.verbose or sys.stderr.isatty()
+            project.root,
+            blueprint,
+            settings,
+            backend=args.backend,
+            echo=args.verbose or sys.stderr.isatty(),
+            report=say,
         )
         results.append(result)
-        print(summary(result))
+        say(summary(result))
     write_report(results, args.report)
-    print(f"report: {args.report}")
+    say(f"report: {args.report}")
     return 0
 
 
@@ -119,95 +107,63 @@ def cmd_validate(project: Project, args: argparse.Namespace) -> int:
     from factory.validate.runner import validate_image
 
     status = 0
-    for image in _select_images(project, args):
-        report = validate_image(project, image, args.reports, args.health_timeout)
+    for blueprint in _selected(project, args):
+        report = validate_image(blueprint, args.reports, args.health_timeout)
         for case in report.cases:
-            print(f"  {case.status:7} {case.name}: {case.detail.splitlines()[0] if case.detail else ''}")
-        if not report.passed:
-            failed = [case for case in report.cases if case.status == "failed"]
-            print(f"error: {image.reference} failed validation:", file=sys.stderr)
-            for case in failed:
-                print(f"  {case.name}: {case.detail}", file=sys.stderr)
-            status = 1
-        elif report.fully_validated:
-            print(f"validated {image.reference} ({report.image_id[:19]})")
-        elif args.allow_no_gpu:
-            print(f"{image.reference}: built; static checks passed; GPU probes not run")
+            say(f"  {case.status:7} {case.name}: {case.detail.splitlines()[0] if case.detail else ''}")
+        ok, line = report.verdict(args.allow_no_gpu)
+        if ok:
+            say(line)
         else:
-            print(f"error: {image.reference}: GPU probes not run, so it is not validated", file=sys.stderr)
+            warn(f"error: {line}")
             status = 1
     return status
 
 
-def _registry(project: Project, args: argparse.Namespace) -> str:
-    """--registry, else the `registry` setting (.factory.local.toml or FACTORY_REGISTRY)."""
-    from factory.settings import load_settings
-
-    registry = args.registry or load_settings(project.root).registry
-    if not registry:
-        raise InputError(
-            "no registry given",
-            field="--registry",
-            hint="pass --registry HOST[:PORT][/NAMESPACE] or set FACTORY_REGISTRY",
-        )
-    return registry
-
-
 def cmd_publish(project: Project, args: argparse.Namespace) -> int:
     from factory.publish.publisher import publish_image, write_publish_report
+    from factory.settings import registry_of
 
-    registry = _registry(project, args)
+    registry = registry_of(project.root, args.registry)
     results = []
-    for image in _select_images(project, args):
+    for blueprint in _selected(project, args):
         published = publish_image(
-            project,
-            image,
+            blueprint.image,
             registry,
             args.reports / "validated",
             args.tag,
             force_unvalidated=args.force_unvalidated,
+            report=say,
         )
         for item in published:
-            print(f"published {item.reference} {item.digest} (attempts: {item.attempts})")
+            say(f"published {item.reference} {item.digest} (attempts: {item.attempts})")
         results += published
     write_publish_report(results, args.reports / "publish.json")
     return 0
 
 
 def cmd_sbom(project: Project, args: argparse.Namespace) -> int:
-    import json
+    from factory.publish.sbom import write_sbom
 
-    from factory.engine import connect
-    from factory.files import write_text_atomic
-    from factory.publish.sbom import cyclonedx
-
-    client = connect()
-    for image in _select_images(project, args):
-        path = args.reports / f"sbom-{image.slug}-{image.tag}.cdx.json"
-        bom = cyclonedx(client, image.reference)
-        write_text_atomic(path, json.dumps(bom, indent=2) + "\n")
-        print(f"{path}: {len(bom['components'])} components")
+    for blueprint in _selected(project, args):
+        path, components = write_sbom(blueprint.image, args.reports)
+        say(f"{path}: {components} components")
     return 0
 
 
 def cmd_publish_platforms(project: Project, args: argparse.Namespace) -> int:
-    from factory.planner import plan_all
-    from factory.publish.platforms import platform_groups, push_platform_list
-    from factory.publish.registry import credentials_for, split_registry
+    from factory.blueprint import plan_project
+    from factory.publish.platforms import publish_platform_groups
+    from factory.settings import registry_of
 
-    registry = _registry(project, args)
+    registry = registry_of(project.root, args.registry)
     recipe_id = project.tree.recipe(args.model).model_id
-    groups = [g for g in platform_groups(plan_all(project).images) if g.members[0].recipe_id == recipe_id]
-    if not groups:
-        print(f"{recipe_id}: no images that differ only in platform; nothing to join")
-    credentials = credentials_for(split_registry(registry)[0])
-    for group in groups:
-        repository = group.members[0].repository
-        digest = push_platform_list(
-            registry, repository, group.tag, [m.tag for m in group.members], credentials
-        )
-        platforms = ", ".join(f"{m.hardware} {m.platform}" for m in group.members)
-        print(f"published {registry}/{repository}:{group.tag} {digest} ({platforms})")
+    images = [blueprint.image for blueprint in plan_project(project).images]
+    published = publish_platform_groups(registry, recipe_id, images)
+    if not published:
+        say(f"{recipe_id}: no images that differ only in platform; nothing to join")
+    for line in published:
+        say(line)
     return 0
 
 
@@ -222,7 +178,12 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument(
         "--check", action="store_true", help="write nothing; fail if the committed files are stale"
     )
-    gen.add_argument("--nodes", type=int, default=2, help="node count for multi-node strategies (default 2)")
+    gen.add_argument(
+        "--nodes",
+        type=int,
+        default=DEFAULT_NODES,
+        help=f"node count for multi-node strategies (default {DEFAULT_NODES})",
+    )
     gen.set_defaults(func=cmd_generate)
 
     show = sub.add_parser("show", help="print install, serve, docker run and compose for one configuration")
@@ -304,7 +265,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_target_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="model id, e.g. moonshotai/Kimi-Linear-48B-A3B-Instruct")
+    parser.add_argument(
+        "model",
+        nargs="?",
+        help="recipe id, e.g. moonshotai/Kimi-Linear-48B-A3B-Instruct "
+        "(default: the catalog's build recipe for the hardware)",
+    )
     parser.add_argument("--hardware", required=True)
     parser.add_argument("--variant", help="default: every variant of the recipe")
 

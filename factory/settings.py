@@ -107,3 +107,15 @@ def write_testbench_settings(path: Path, base_image: str) -> None:
             'pip_extra_index_url = ""',
         ]
     write_text_atomic(path, "\n".join(lines) + "\n")
+
+
+def registry_of(root: Path, given: str | None) -> str:
+    """The registry to publish to: the one given, else the `registry` setting (or FACTORY_REGISTRY)."""
+    registry = given or load_settings(root).registry
+    if not registry:
+        raise InputError(
+            "no registry given",
+            field="--registry",
+            hint="pass --registry HOST[:PORT][/NAMESPACE] or set FACTORY_REGISTRY",
+        )
+    return registry

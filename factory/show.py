@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from factory.plan import ComposePlan, ImagePlan, NodeRole
+from factory.plan.models import Deployment, ImagePlan, NodeRole
 from factory.serve_args import split_flags
 
 DOCKER_DEVICE_FLAGS = {
@@ -40,7 +40,7 @@ def _lines(words: list[str]) -> str:
     return " \\\n  ".join(words)
 
 
-def serve_command(plan: ComposePlan, role: NodeRole) -> str:
+def serve_command(plan: Deployment, role: NodeRole) -> str:
     image = plan.image
     args = list(image.entrypoint_args)
     model = args[1]  # entrypoint args start with --model <weights>
@@ -50,7 +50,7 @@ def serve_command(plan: ComposePlan, role: NodeRole) -> str:
     return "\n".join([*exports, _lines(words)])
 
 
-def docker_run(plan: ComposePlan, role: NodeRole) -> str:
+def docker_run(plan: Deployment, role: NodeRole) -> str:
     image = plan.image
     network = ["--network", "host"] if plan.host_network else ["-p", "127.0.0.1:8000:8000"]
     env = [f"-e {k}={_quote(v)}" for k, v in plan.env.items()]
@@ -72,7 +72,7 @@ def _pairs(args: list[str]) -> list[str]:
     return [" ".join(_quote(token) for token in flag.tokens()) for flag in split_flags(args, "show")]
 
 
-def render_show(plan: ComposePlan, findings: list[str]) -> str:
+def render_show(plan: Deployment, findings: list[str]) -> str:
     image = plan.image
     out = [
         f"# {image.model_id} on {image.hardware_name}",

@@ -15,6 +15,7 @@ os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
 import docker
 
+from factory.blueprint import Blueprint, select
 from factory.engine import OWNER_LABEL
 from factory.project import Project, load_project
 
@@ -27,6 +28,11 @@ TINY = "factory/tiny-random-llama"
 @pytest.fixture(scope="session")
 def project() -> Project:
     return load_project(ROOT)
+
+
+def blueprint_of(project: Project, model: str, hardware: str, variant: str = "default") -> Blueprint:
+    """The finished plan of one image, as every command gets it."""
+    return select(project, model, hardware, variant)[0]
 
 
 @pytest.fixture
@@ -92,19 +98,15 @@ def no_leftovers(docker_client: docker.DockerClient) -> Iterator[None]:
 def tiny_built(project: Project, docker_client: docker.DockerClient):
     """The built-in default image, built once per run (seconds when the engine has it cached)."""
     from factory.build.builder import build_image
-    from factory.planner import plan_image
     from factory.settings import load_settings
 
-    plan = plan_image(project, project.tree.recipe(TINY), "cpu", "default")
-    return build_image(project, plan, load_settings(ROOT))
+    return build_image(ROOT, blueprint_of(project, TINY, "cpu"), load_settings(ROOT))
 
 
 @pytest.fixture(scope="session")
 def tiny_validation(project: Project, tiny_built, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """The built-in default validated for real once per run; its records folder is what publish reads."""
-    from factory.planner import plan_image
     from factory.validate.runner import validate_image
 
     reports = tmp_path_factory.mktemp("reports")
-    plan = plan_image(project, project.tree.recipe(TINY), "cpu", "default")
-    return validate_image(project, plan, reports), reports
+    return validate_image(blueprint_of(project, TINY, "cpu"), reports), reports

@@ -12,20 +12,19 @@ import pytest
 import yaml
 from docker.errors import ImageNotFound
 
+from factory.blueprint import Blueprint
 from factory.build.builder import BuildResult, build_image
 from factory.errors import DockerError
-from factory.plan import ImagePlan
-from factory.planner import plan_image
 from factory.project import Project, load_project
 from factory.settings import load_settings
-from tests.conftest import ROOT, TINY, run_factory
+from tests.conftest import KIMI, ROOT, TINY, blueprint_of, run_factory
 
 pytestmark = pytest.mark.docker
 TINY_FILE = Path("recipes/models/factory/tiny-random-llama.yaml")
 
 
-def tiny_plan(project: Project) -> ImagePlan:
-    return plan_image(project, project.tree.recipe(TINY), "cpu", "default")
+def tiny_blueprint(project: Project) -> Blueprint:
+    return blueprint_of(project, TINY, "cpu")
 
 
 def retarget(scratch: Path, slug: str, change=None) -> Project:
@@ -54,7 +53,7 @@ def remove_repository(docker_client: docker.DockerClient) -> Iterator[list[str]]
 def test_build_tags_readable_and_immutable(
     tiny_built: BuildResult, docker_client: docker.DockerClient, project
 ) -> None:
-    plan = tiny_plan(project)
+    plan = tiny_blueprint(project).image
     image = docker_client.images.get(plan.reference)
     assert image.id == tiny_built.image_id
     assert set(tiny_built.tags) <= set(image.tags)
@@ -86,7 +85,7 @@ def test_secrets_and_settings_never_reach_the_image(
 
 
 def test_rebuild_with_nothing_changed_is_fully_cached(tiny_built: BuildResult, project) -> None:
-    again = build_image(project, tiny_plan(project), load_settings(ROOT))
+    again = build_image(ROOT, tiny_blueprint(project), load_settings(ROOT))
     assert again.image_id == tiny_built.image_id
     assert again.cached_steps == again.total_steps > 5
 
@@ -98,7 +97,7 @@ def test_changing_a_serve_argument_changes_only_metadata(
         scratch, "tiny-serve-arg-test", lambda d: d["model"]["base_args"].extend(["--max-num-seqs", "4"])
     )
     remove_repository.append("vllm-factory/tiny-serve-arg-test")
-    changed = build_image(project, tiny_plan(project), load_settings(ROOT))
+    changed = build_image(scratch, tiny_blueprint(project), load_settings(ROOT))
     assert changed.cached_steps == changed.total_steps, "a serve flag must not rebuild any layer"
     new, old = docker_client.images.get(changed.image_id), docker_client.images.get(tiny_built.image_id)
     assert new.id != old.id
@@ -116,7 +115,7 @@ def test_a_failing_step_names_the_step_and_tags_nothing(
     project = retarget(scratch, "tiny-failing-test")
     remove_repository.append("vllm-factory/tiny-failing-test")
     with pytest.raises(DockerError) as failure:
-        build_image(project, tiny_plan(project), load_settings(ROOT))
+        build_image(scratch, tiny_blueprint(project), load_settings(ROOT))
     message = str(failure.value)
     assert "building vllm-factory/tiny-failing-test:vllm0.32.0-cpu-default failed" in message
     assert "RUN" in message and "pip install" in message
@@ -154,9 +153,7 @@ def test_cross_platform_build_is_refused_without_buildx(project: Project) -> Non
     from factory.build.backends import has_buildx
     from factory.build.builder import choose_backend
 
-    gb200 = plan_image(
-        project, project.tree.recipe("moonshotai/Kimi-Linear-48B-A3B-Instruct"), "gb200", "default"
-    )
+    gb200 = blueprint_of(project, KIMI, "gb200").image
     if has_buildx():
         assert choose_backend("auto", gb200, "linux/amd64") == "bake"
     else:

@@ -11,33 +11,32 @@ from pathlib import Path
 import docker
 import pytest
 
+from factory.blueprint import Blueprint
 from factory.build.builder import BuildResult, build_image
 from factory.engine import OWNER_LABEL
-from factory.plan import ImagePlan
-from factory.planner import plan_image
 from factory.project import Project
 from factory.settings import load_settings
 from factory.validate.container import gpu_run_options
 from factory.validate.runner import validate_image
 from factory.validate.static import check_serve_args
-from tests.conftest import KIMI, ROOT, run_factory
+from tests.conftest import KIMI, ROOT, blueprint_of, run_factory
 
 pytestmark = [pytest.mark.docker, pytest.mark.e2e]
 
 
-def kimi(project: Project, hardware: str) -> ImagePlan:
-    return plan_image(project, project.tree.recipe(KIMI), hardware, "default")
+def kimi(project: Project, hardware: str) -> Blueprint:
+    return blueprint_of(project, KIMI, hardware)
 
 
 @pytest.fixture(scope="module")
 def h200_built(project: Project, docker_client: docker.DockerClient) -> BuildResult:
-    return build_image(project, kimi(project, "h200"), load_settings(ROOT))
+    return build_image(ROOT, kimi(project, "h200"), load_settings(ROOT))
 
 
 def test_h200_static_checks_pass_and_gpu_probes_are_reported_not_run(
     project: Project, h200_built: BuildResult, tmp_path: Path, no_leftovers: None
 ) -> None:
-    report = validate_image(project, kimi(project, "h200"), tmp_path)
+    report = validate_image(kimi(project, "h200"), tmp_path)
     static = [case for case in report.cases if case.name.startswith("static:")]
     assert static and all(case.status == "passed" for case in static), static
     parsed = [case.name for case in static if case.name.startswith("static:serve-args:compose/")]
@@ -67,7 +66,7 @@ def test_vllm_0_11_2_rejects_max_model_len_auto(
         r.name: r
         for r in check_serve_args(
             docker_client,
-            kimi(project, "h200"),
+            kimi(project, "h200").image,
             {
                 "seed-rocm-example": [*base, "--max-model-len", "auto"],
                 "ours": [*base, "--max-model-len", "1048576"],
@@ -82,7 +81,7 @@ def test_vllm_0_11_2_rejects_max_model_len_auto(
 def test_h100_reuses_every_layer_of_h200(
     project: Project, h200_built: BuildResult, docker_client: docker.DockerClient
 ) -> None:
-    h100 = build_image(project, kimi(project, "h100"), load_settings(ROOT))
+    h100 = build_image(ROOT, kimi(project, "h100"), load_settings(ROOT))
     assert h100.cached_steps == h100.total_steps, "a second target of one platform rebuilds nothing"
     layers = docker_client.images.get(h100.image_id).attrs["RootFS"]["Layers"]
     assert layers == docker_client.images.get(h200_built.image_id).attrs["RootFS"]["Layers"]
@@ -94,13 +93,13 @@ def test_gpu_images_request_their_gpus(
 ) -> None:
     # Created, never started: the request is in the container's configuration; running it needs a GPU.
     container = docker_client.containers.create(
-        h200_built.image_id, labels={OWNER_LABEL: "test"}, **gpu_run_options(kimi(project, "h200"))
+        h200_built.image_id, labels={OWNER_LABEL: "test"}, **gpu_run_options(kimi(project, "h200").image)
     )
     try:
         requests = container.attrs["HostConfig"]["DeviceRequests"]
         assert requests[0]["Count"] == -1 and requests[0]["Capabilities"] == [["gpu"]]
     finally:
         container.remove(force=True)
-    amd = gpu_run_options(kimi(project, "mi300x"))
+    amd = gpu_run_options(kimi(project, "mi300x").image)
     assert amd["devices"] == ["/dev/kfd", "/dev/dri"] and "video" in amd["group_add"]
     assert amd["security_opt"] == ["seccomp=unconfined"]

@@ -36,13 +36,14 @@ def test_generate_removes_what_is_no_longer_generated(scratch: Path) -> None:
 
 
 def test_a_failed_write_leaves_the_previous_output(scratch: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from factory.planner import plan_all
+    from factory.blueprint import plan_project
     from factory.project import load_project
+    from factory.render.outputs import OutputFile
 
     project = load_project(scratch)
-    files = generate.all_outputs(project, plan_all(project))
+    files = plan_project(project).files()
     before = tree_snapshot(scratch)
-    broken = [*files[:5], generate.OutputFile(files[5].path, None)]
+    broken = [*files[:5], OutputFile(files[5].path, None)]  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         generate.write_outputs(scratch, broken)
     assert tree_snapshot(scratch) == before

@@ -4,31 +4,54 @@ from __future__ import annotations
 
 import pytest
 
+from factory.blueprint import finish, plan_project
 from factory.errors import InputError, RefusedError
-from factory.plan import ImagePlan
-from factory.planner import hardware_targets, plan_all, plan_compose, plan_image
-from factory.preflight import preflight
+from factory.plan.deployments import hardware_targets, plan_deployment
+from factory.plan.images import plan_image_spec
+from factory.plan.models import Deployment, ImagePlan
+from factory.plan.preflight import preflight
 from factory.project import Project, load_project
 from factory.recipes.loader import load_tree
 from factory.recipes.schema import Dependency, StrategyOverride
+from factory.render.hashing import hashed
 from factory.serve_args import flatten, resolve
-from tests.conftest import FIXTURES, KIMI, TINY
+from tests.conftest import FIXTURES, KIMI, TINY, blueprint_of
 
 SEED_HARDWARE = ["h100", "h200", "b200", "gb200", "b300", "gb300", "mi300x", "mi325x", "mi350x", "mi355x"]
 SEED_STRATEGIES = ["single_node_tp", "multi_node_tp", "multi_node_tp_pp", "multi_node_tep", "multi_node_dep"]
 
 
 def kimi(project: Project, hardware: str) -> ImagePlan:
-    return plan_image(project, project.tree.recipe(KIMI), hardware, "default")
+    return blueprint_of(project, KIMI, hardware).image
+
+
+def plan_image(project: Project, loaded, hardware: str, variant: str) -> ImagePlan:  # type: ignore[no-untyped-def]
+    return hashed(project.root, plan_image_spec(project, loaded, hardware, variant))
+
+
+def plan_compose(project: Project, image: ImagePlan, strategy: str, nodes: int) -> Deployment:
+    return plan_deployment(project, image, strategy, nodes)
 
 
 def test_every_seed_hardware_and_strategy_plus_cpu_is_planned(project: Project) -> None:
-    plans = plan_all(project)
-    kimi_images = {image.hardware for image in plans.images if image.model_id == KIMI}
+    plans = plan_project(project)
+    kimi_images = {bp.image.hardware for bp in plans.images if bp.image.model_id == KIMI}
     assert kimi_images == {*SEED_HARDWARE, "cpu"}
-    deployments = {(c.image.hardware, c.strategy) for c in plans.composes if c.image.model_id == KIMI}
+    deployments = {(d.image.hardware, d.strategy) for d in plans.deployments if d.image.model_id == KIMI}
     assert deployments == {(hw, s) for hw in [*SEED_HARDWARE, "cpu"] for s in SEED_STRATEGIES}
-    assert {image.hardware for image in plans.images if image.model_id == TINY} == {"cpu"}
+    assert {bp.image.hardware for bp in plans.images if bp.image.model_id == TINY} == {"cpu"}
+
+
+def test_each_image_is_planned_once_with_its_hash_deployments_and_files(project: Project) -> None:
+    blueprint = finish(project, project.tree.recipe(KIMI), "h200", "default", 2)
+    assert len(blueprint.image.inputs_hash) == 64
+    assert all(d.image is blueprint.image for d in blueprint.deployments), "deployments share the one plan"
+    assert {f.path.as_posix() for f in blueprint.image_files} >= {
+        f"images/kimi-linear-48b-a3b-instruct/{blueprint.image.tag}/Dockerfile"
+    }
+    assert len(blueprint.compose_files) == 1 + 4 * 2 + 4, "node files of every deployment, and .env.example"
+    with pytest.raises(ValueError, match="inputs_hash"):
+        ImagePlan(**blueprint.image.model_dump(exclude={"inputs_hash"}))
 
 
 def test_h200_serves_the_seed_command_with_tp_equal_to_gpus(project: Project) -> None:

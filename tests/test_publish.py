@@ -18,22 +18,22 @@ import pytest
 import requests
 from docker.errors import ImageNotFound
 
+from factory.blueprint import plan_project
 from factory.errors import InputError, RefusedError
-from factory.plan import ImagePlan
-from factory.planner import plan_all, plan_image
+from factory.plan.models import ImagePlan
 from factory.project import Project
 from factory.publish.platforms import DOCKER_LIST, DOCKER_MANIFEST, platform_groups, push_platform_list
 from factory.publish.publisher import publish_image
 from factory.publish.pusher import PushFailed, push
 from factory.publish.registry import Credentials, manifest_digest, registry_request
-from tests.conftest import KIMI, ROOT, TINY, run_factory
+from tests.conftest import KIMI, ROOT, TINY, blueprint_of, run_factory
 from tests.registry import LocalRegistry
 
 pytestmark = [pytest.mark.docker, pytest.mark.e2e]
 
 
 def tiny(project: Project) -> ImagePlan:
-    return plan_image(project, project.tree.recipe(TINY), "cpu", "default")
+    return blueprint_of(project, TINY, "cpu").image
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +82,7 @@ def test_publish_pushes_both_tags_and_the_registry_serves_that_digest(
     report, reports = tiny_validation
     assert report.fully_validated
     plan = tiny(project)
-    published = publish_image(project, plan, registry.address, reports / "validated")
+    published = publish_image(plan, registry.address, reports / "validated")
     untag.extend(item.reference for item in published)
     assert published[0].reference == f"{registry.address}/{plan.reference}"
     assert len(published) == 2 and published[1].reference.endswith(report.inputs_hash[:12])
@@ -94,7 +94,7 @@ def test_publish_pushes_both_tags_and_the_registry_serves_that_digest(
     pulled = docker_client.images.pull(by_digest, auth_config=login.as_auth_config())
     assert pulled.id == report.image_id
     # Publishing again changes nothing.
-    again = publish_image(project, plan, registry.address, reports / "validated")
+    again = publish_image(plan, registry.address, reports / "validated")
     assert [item.digest for item in again] == [item.digest for item in published]
 
 
@@ -149,9 +149,9 @@ def test_the_registry_stopping_mid_push_retries_then_fails_and_claims_nothing(
 
 
 def test_an_unvalidated_image_is_refused(project: Project, tmp_path: Path, registry: LocalRegistry) -> None:
-    plan = plan_image(project, project.tree.recipe(KIMI), "h200", "default")
+    plan = blueprint_of(project, KIMI, "h200").image
     with pytest.raises(RefusedError, match="is not validated: no validation record"):
-        publish_image(project, plan, registry.address, tmp_path / "validated")
+        publish_image(plan, registry.address, tmp_path / "validated")
     result = run_factory(
         ROOT,
         "publish",
@@ -289,7 +289,7 @@ def test_a_list_needs_one_image_per_platform(registry: LocalRegistry, login: Cre
 def test_the_kimi_recipe_joins_blackwell_trays_with_their_x86_twins(project: Project) -> None:
     groups = {
         g.tag: [(m.hardware, m.platform) for m in g.members]
-        for g in platform_groups(plan_all(project).images)
+        for g in platform_groups([blueprint.image for blueprint in plan_project(project).images])
     }
     assert groups == {
         "vllm0.11.2-sm_100-default": [("b200", "linux/amd64"), ("gb200", "linux/arm64")],

@@ -12,18 +12,17 @@ import pytest
 
 from factory.build.builder import BuildResult
 from factory.engine import OWNER_LABEL
-from factory.plan import ImagePlan
-from factory.planner import plan_image
+from factory.plan.models import ImagePlan
 from factory.project import Project
 from factory.validate.container import running
 from factory.validate.probes import ProbeFailure, parse_chat, wait_healthy
-from tests.conftest import ROOT, TINY, run_factory
+from tests.conftest import ROOT, TINY, blueprint_of, run_factory
 
 pytestmark = pytest.mark.docker
 
 
 def tiny_plan(project: Project) -> ImagePlan:
-    return plan_image(project, project.tree.recipe(TINY), "cpu", "default")
+    return blueprint_of(project, TINY, "cpu").image
 
 
 @pytest.mark.e2e

@@ -16,13 +16,14 @@ from pathlib import Path
 import docker
 from docker.errors import ImageNotFound
 
+from factory.blueprint import Blueprint
 from factory.build.backends import has_buildx, run_build
 from factory.build.context import check_generated, stage
 from factory.engine import connect, engine_facts
 from factory.errors import DockerError
 from factory.files import write_text_atomic
-from factory.plan import ImagePlan
-from factory.project import Project
+from factory.plan.models import ImagePlan
+from factory.reporter import Reporter, silent
 from factory.settings import BuildSettings
 
 
@@ -55,28 +56,32 @@ def choose_backend(requested: str, image: ImagePlan, engine_platform: str) -> st
 
 
 def build_image(
-    project: Project,
-    image: ImagePlan,
+    root: Path,
+    blueprint: Blueprint,
     settings: BuildSettings,
     backend: str = "auto",
     echo: bool = False,
     no_cache: bool = False,
+    report: Reporter = silent,
 ) -> BuildResult:
-    image = check_generated(project, image)
+    """Build the blueprint's image from its generated folder under `root`, then tag it."""
+    image = blueprint.image
+    check_generated(root, blueprint)
     client = connect()
     facts = engine_facts(client)
     gpu = "NVIDIA runtime" if facts.has_nvidia_runtime else "no GPU runtime"
-    print(f"engine {facts.version} (API {facts.api_version}), {facts.platform}, {gpu}", flush=True)
+    report(f"engine {facts.version} (API {facts.api_version}), {facts.platform}, {gpu}")
     chosen = choose_backend(backend, image, facts.platform)
     temporary = f"factory-build-tmp/{image.slug}:{uuid.uuid4().hex[:12]}"
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="factory-build-") as workdir:
-        staged = stage(project, image, settings, Path(workdir))
-        _check_base_image(client, staged.base_image)
+        staged = stage(root, image, settings, Path(workdir))
+        if not _has_image(client, staged.base_image):
+            report(f"note: base image {staged.base_image} is not in the engine; BuildKit will try to pull it")
         try:
             log = run_build(staged, temporary, chosen, echo, no_cache)
             built = client.images.get(temporary)
-            tags = [image.reference, f"{image.repository}:{image.immutable_tag}"]
+            tags = [image.reference, image.immutable_reference]
             for tag in tags:
                 repository, _, name = tag.rpartition(":")
                 built.tag(repository, name)
@@ -98,12 +103,13 @@ def build_image(
     )
 
 
-def _check_base_image(client: docker.DockerClient, base: str) -> None:
-    """Say plainly when the base is neither local nor (we must assume) pullable, before a long build."""
+def _has_image(client: docker.DockerClient, reference: str) -> bool:
+    """Whether the engine holds the image: said before a long build when the base must be pulled."""
     try:
-        client.images.get(base)
+        client.images.get(reference)
     except ImageNotFound:
-        print(f"note: base image {base} is not in the engine; BuildKit will try to pull it", flush=True)
+        return False
+    return True
 
 
 def _untag(client: docker.DockerClient, reference: str) -> None:

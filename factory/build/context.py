@@ -7,10 +7,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from factory.blueprint import Blueprint
 from factory.errors import InputError
-from factory.generate import image_outputs, with_inputs_hash
-from factory.plan import ImagePlan
-from factory.project import Project
+from factory.plan.models import ImagePlan
 from factory.settings import BuildSettings
 
 
@@ -23,23 +22,21 @@ class StagedContext:
     base_image: str
 
 
-def check_generated(project: Project, image: ImagePlan) -> ImagePlan:
+def check_generated(root: Path, blueprint: Blueprint) -> None:
     """Build only what the committed files say: refuse a stale or missing generated folder."""
-    hashed = with_inputs_hash(project, image)
-    for file in image_outputs(project, hashed):
-        on_disk = project.root / file.path
+    for file in blueprint.image_files:
+        on_disk = root / file.path
         if not on_disk.is_file() or on_disk.read_bytes() != file.content:
             raise InputError(
                 "the generated build files are stale or missing",
                 file=on_disk,
                 hint="run `factory generate` (or `nox -s generate`) and commit the result",
             )
-    return hashed
 
 
-def stage(project: Project, image: ImagePlan, settings: BuildSettings, workdir: Path) -> StagedContext:
+def stage(root: Path, image: ImagePlan, settings: BuildSettings, workdir: Path) -> StagedContext:
     directory = workdir / image.tag
-    shutil.copytree(project.root / image.directory, directory)
+    shutil.copytree(root / image.directory, directory)
     if settings.find_links:
         for wheel in sorted(settings.find_links.glob("*.whl")):
             _link_or_copy(wheel, directory / "wheels" / wheel.name)

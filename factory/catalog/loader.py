@@ -37,4 +37,17 @@ def load_catalog(path: Path) -> Catalog:
                     value=name,
                     valid=catalog.hardware,
                 )
+    if "default" not in catalog.build_recipes:
+        raise InputError(
+            "the recipe to build by default is missing", file=path, field="build_recipes.default"
+        )
+    for name in catalog.build_recipes:
+        if name != "default" and name not in catalog.hardware:
+            raise InputError(
+                "unknown hardware",
+                file=path,
+                field=f"build_recipes.{name}",
+                value=name,
+                valid=[*catalog.hardware, "default"],
+            )
     return catalog

@@ -90,3 +90,9 @@ class Catalog(Strict):
     known_bad: dict[str, list[KnownBadPin]] = {}  # model_id -> versions that break it
     # model_id -> the only hardware to build it for (the tiny self-test model is for the CPU target)
     only_hardware: dict[str, list[str]] = {}
+    # The recipe built for a hardware when none is named (nox -s build-<hw>, CI, the benchmark):
+    # `default`, or the hardware's own entry.
+    build_recipes: dict[str, str]
+
+    def build_recipe(self, hardware: str) -> str:
+        return self.build_recipes.get(hardware) or self.build_recipes["default"]

@@ -12,8 +12,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from factory.errors import DockerError, InputError
-from factory.plan import ImagePlan
-from factory.publish.registry import MANIFEST_TYPES, Credentials, manifest_digest, registry_request
+from factory.plan.models import ImagePlan
+from factory.publish.registry import (
+    MANIFEST_TYPES,
+    Credentials,
+    credentials_for,
+    manifest_digest,
+    registry_request,
+    split_registry,
+)
 
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
@@ -126,3 +133,18 @@ def push_platform_list(
             f"{repository}:{tag}: the registry serves {served}, but the list pushed was {digest}"
         )
     return digest
+
+
+def publish_platform_groups(registry: str, recipe_id: str, images: list[ImagePlan]) -> list[str]:
+    """Join every platform group of one recipe under its multi-platform tag; one line per list pushed."""
+    groups = [group for group in platform_groups(images) if group.members[0].recipe_id == recipe_id]
+    credentials = credentials_for(split_registry(registry)[0])
+    published = []
+    for group in groups:
+        repository = group.members[0].repository
+        digest = push_platform_list(
+            registry, repository, group.tag, [m.tag for m in group.members], credentials
+        )
+        platforms = ", ".join(f"{m.hardware} {m.platform}" for m in group.members)
+        published.append(f"published {registry}/{repository}:{group.tag} {digest} ({platforms})")
+    return published

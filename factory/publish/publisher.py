@@ -12,11 +12,10 @@ from docker.errors import ImageNotFound
 from factory.engine import connect
 from factory.errors import DockerError, InputError, RefusedError
 from factory.files import write_text_atomic
-from factory.generate import with_inputs_hash
-from factory.plan import ImagePlan
-from factory.project import Project
+from factory.plan.models import ImagePlan
 from factory.publish.pusher import push
 from factory.publish.registry import credentials_for, manifest_digest, split_registry
+from factory.reporter import Reporter, silent
 from factory.validate.report import record_path
 
 
@@ -57,7 +56,6 @@ def expand_tags(image: ImagePlan, templates: list[str]) -> list[str]:
 
 
 def publish_image(
-    project: Project,
     image: ImagePlan,
     registry: str,
     records: Path,
@@ -65,8 +63,9 @@ def publish_image(
     force_unvalidated: bool = False,
     attempts: int = 4,
     backoff_s: float = 1.0,
+    report: Reporter = silent,
 ) -> list[Published]:
-    image = with_inputs_hash(project, image)
+    """Push the image's tags (only when a passing validation with live probes is recorded for its ID)."""
     client = connect()
     try:
         local = client.images.get(image.reference)
@@ -84,20 +83,17 @@ def publish_image(
         )
         raise RefusedError(
             f"{image.reference} ({str(local.id)[:19]}) is not validated: {why}; looked in {records}\n"
-            f"  hint: factory validate {image.model_id} --hardware {image.hardware}"
+            f"  hint: factory validate {image.recipe_id} --hardware {image.hardware}"
             " (a rebuilt image has a new ID and needs its own validation)"
         )
     if not validated:
-        print(
-            f"WARNING: publishing {image.reference} WITHOUT a passing validation (--force-unvalidated)",
-            flush=True,
-        )
+        report(f"WARNING: publishing {image.reference} WITHOUT a passing validation (--force-unvalidated)")
     credentials = credentials_for(split_registry(registry)[0])
     target = f"{registry}/{image.repository}"
     published = []
     for tag in dict.fromkeys([image.tag, image.immutable_tag, *expand_tags(image, extra_tags or [])]):
         local.tag(target, tag)
-        pushed = push(client, target, tag, credentials, attempts=attempts, backoff_s=backoff_s)
+        pushed = push(client, target, tag, credentials, attempts=attempts, backoff_s=backoff_s, report=report)
         served = manifest_digest(registry, image.repository, tag, credentials)
         if served != pushed.digest:
             raise DockerError(

@@ -13,6 +13,7 @@ from docker.errors import APIError
 
 from factory.errors import DockerError
 from factory.publish.registry import Credentials
+from factory.reporter import Reporter, silent
 
 # Failures worth another try: the network or the registry hiccuped. Others (auth, not found) are final.
 TRANSIENT = (
@@ -75,6 +76,7 @@ def push(
     attempts: int = 4,
     backoff_s: float = 1.0,
     on_chunk: Callable[[dict[str, Any]], None] = lambda chunk: None,
+    report: Reporter = silent,
 ) -> Pushed:
     reference = f"{repository}:{tag}"
     for attempt in range(1, attempts + 1):
@@ -96,8 +98,6 @@ def push(
                 f"{failure} (after {attempt} attempt{'s' if attempt > 1 else ''})", failure.transient
             )
         wait = backoff_s * 2 ** (attempt - 1)
-        print(
-            f"push of {reference} failed (attempt {attempt}/{attempts}), retrying in {wait:.0f} s", flush=True
-        )
+        report(f"push of {reference} failed (attempt {attempt}/{attempts}), retrying in {wait:.0f} s")
         time.sleep(wait)
     raise AssertionError("unreachable")

@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import docker
 
 from factory import __version__
+from factory.engine import connect
+from factory.files import write_text_atomic
+from factory.plan.models import ImagePlan
 from factory.validate.static import run_in_image
 
 INVENTORY_SCRIPT = r"""
@@ -82,3 +86,11 @@ def cyclonedx(client: docker.DockerClient, reference: str) -> dict[str, Any]:
         },
         "components": components,
     }
+
+
+def write_sbom(image: ImagePlan, reports: Path) -> tuple[Path, int]:
+    """Write the CycloneDX SBOM of the built image under `reports`; returns the path and component count."""
+    path = reports / f"sbom-{image.slug}-{image.tag}.cdx.json"
+    bom = cyclonedx(connect(), image.reference)
+    write_text_atomic(path, json.dumps(bom, indent=2) + "\n")
+    return path, len(bom["components"])

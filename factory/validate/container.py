@@ -16,7 +16,7 @@ from docker.types import DeviceRequest
 from testcontainers.core.container import DockerContainer
 
 from factory.engine import OWNER_LABEL
-from factory.plan import ImagePlan
+from factory.plan.models import ImagePlan
 from factory.validate.probes import ContainerState
 
 API_PORT = 8000

@@ -39,6 +39,18 @@ class ValidationReport:
         """Static checks and the live probes all passed: what publishing requires."""
         return self.passed and self.gpu_probes_run
 
+    def verdict(self, allow_no_gpu: bool) -> tuple[bool, str]:
+        """Whether the run counts as a pass, and the one line that says so (or why not)."""
+        if not self.passed:
+            failed = [case for case in self.cases if case.status == "failed"]
+            lines = [f"{self.image} failed validation:", *(f"  {c.name}: {c.detail}" for c in failed)]
+            return False, "\n".join(lines)
+        if self.fully_validated:
+            return True, f"validated {self.image} ({self.image_id[:19]})"
+        if allow_no_gpu:
+            return True, f"{self.image}: built; static checks passed; GPU probes not run"
+        return False, f"{self.image}: GPU probes not run, so it is not validated"
+
     def add(self, name: str, ok: bool, detail: str, seconds: float = 0.0) -> None:
         self.cases.append(Case(name, "passed" if ok else "failed", detail, round(seconds, 2)))
 

@@ -10,12 +10,10 @@ from pathlib import Path
 import docker
 from docker.errors import ImageNotFound
 
+from factory.blueprint import Blueprint
 from factory.engine import EngineFacts, connect, engine_facts
 from factory.errors import DockerError
-from factory.generate import with_inputs_hash
-from factory.plan import ComposePlan, ImagePlan
-from factory.planner import DEFAULT_NODES, plan_compose, strategy_mismatch
-from factory.project import Project
+from factory.plan.models import Deployment, ImagePlan
 from factory.validate import static
 from factory.validate.container import running
 from factory.validate.probes import ProbeFailure, chat, check_models, wait_healthy
@@ -45,21 +43,11 @@ def gpu_access(image: ImagePlan, facts: EngineFacts) -> GpuAccess:
     return GpuAccess(False, "no AMD GPU: /dev/kfd is absent (on a remote engine set FACTORY_AMD_GPUS=1)")
 
 
-def deployments(project: Project, image: ImagePlan) -> list[ComposePlan]:
-    recipe = project.tree.recipe(image.recipe_id).recipe
-    plans = []
-    for strategy in recipe.compatible_strategies:
-        if strategy_mismatch(project, recipe, image.hardware, strategy):
-            continue
-        single = project.tree.strategies[strategy].deploy_type == "single_node"
-        plans.append(plan_compose(project, image, strategy, 1 if single else DEFAULT_NODES))
-    return plans
-
-
 def validate_image(
-    project: Project, image: ImagePlan, reports: Path, health_timeout_s: float | None = None
+    blueprint: Blueprint, reports: Path, health_timeout_s: float | None = None
 ) -> ValidationReport:
-    image = with_inputs_hash(project, image)
+    """Static checks of the built image, then (where its GPU is present) a real server probed."""
+    image = blueprint.image
     client = connect()
     facts = engine_facts(client)
     try:
@@ -67,16 +55,15 @@ def validate_image(
     except ImageNotFound:
         raise DockerError(
             f"{image.reference} is not built on this engine\n"
-            f"  hint: factory build {image.model_id} --hardware {image.hardware}"
+            f"  hint: factory build {image.recipe_id} --hardware {image.hardware}"
         ) from None
     report = ValidationReport(
         image.reference, image_id, image.hardware, image.vllm_version, image.inputs_hash
     )
-    plans = deployments(project, image)
+    plans = list(blueprint.deployments)
     _static_checks(client, image, plans, report)
     access = gpu_access(image, facts)
     if not access.available:
-        print(f"GPU probes not run for {image.reference}: {access.why}", flush=True)
         for name in ("live:health", "live:models", "live:chat", "live:deterministic"):
             report.skip(name, access.why)
     elif report.passed:
@@ -92,7 +79,7 @@ def validate_image(
 
 
 def _static_checks(
-    client: docker.DockerClient, image: ImagePlan, plans: list[ComposePlan], report: ValidationReport
+    client: docker.DockerClient, image: ImagePlan, plans: list[Deployment], report: ValidationReport
 ) -> None:
     try:
         for result in static.check_versions(client, image):

@@ -11,7 +11,7 @@ from typing import Any
 import docker
 
 from factory.engine import OWNER_LABEL
-from factory.plan import SETTINGS, ComposePlan, ImagePlan
+from factory.plan.models import SETTINGS, Deployment, ImagePlan
 
 # Values for ${SETTINGS} when a node's command is only parsed, never run.
 EXAMPLE_SETTINGS = {"HEAD_ADDRESS": "10.0.0.1", "IFACE_NAME": "eth0"} | {
@@ -99,7 +99,7 @@ def check_env(client: docker.DockerClient, image: ImagePlan) -> CheckResult:
     return CheckResult("pinned-env", not missing, detail)
 
 
-def argv_sets(image: ImagePlan, composes: list[ComposePlan]) -> dict[str, list[str]]:
+def argv_sets(image: ImagePlan, composes: list[Deployment]) -> dict[str, list[str]]:
     """Every node's full serve command (entrypoint + compose command), with example settings filled in."""
     sets = {"image-default": list(image.entrypoint_args)}
     for plan in composes:

@@ -1,11 +1,11 @@
 """Compatibility preflight: what the catalog knows about an image's install on its hardware, said before
-anyone builds. Hard impossibilities are refused while planning (factory.planner); these are warnings."""
+anyone builds. Hard impossibilities are refused while planning (factory.plan.images); these are warnings."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from factory.plan import ImagePlan
+from factory.plan.models import ImageSpec
 from factory.project import Project
 
 
@@ -19,7 +19,7 @@ class Finding:
         return f"{self.level}: {self.message}\n  source: {self.source}"
 
 
-def preflight(project: Project, image: ImagePlan) -> list[Finding]:
+def preflight(project: Project, image: ImageSpec) -> list[Finding]:
     hardware = project.catalog.hardware[image.hardware]
     install = project.catalog.installs[hardware.install]
     findings = []

@@ -1,7 +1,8 @@
 """Plans: everything the templates print, computed once from recipe, strategy and catalog.
 
-An ImagePlan is one image (recipe x hardware x variant); a ComposePlan is one deployment of it
-(x strategy x node count) with one NodeRole per compose file. Templates only format these.
+An ImageSpec is one image (recipe x hardware x variant) as planned; an ImagePlan is the same spec with its
+inputs hash, which is what every later stage receives. A Deployment is one way to run that image (x strategy
+x node count), with one NodeRole per compose file. Templates only format these.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import PurePosixPath
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 # Compose files and `factory show` spell these settings as ${NAME}; defaults fill in where vLLM has one.
 SETTINGS: dict[str, tuple[str | None, str]] = {
@@ -32,7 +33,9 @@ class NodeRole(Frozen):
     args: list[str]  # appended by the compose file to the image's entrypoint
 
 
-class ImagePlan(Frozen):
+class ImageSpec(Frozen):
+    """One image as planned. Its JSON (field order included) is an input of the image's hash."""
+
     recipe_file: str
     recipe_id: str  # the recipe's model.model_id: how the recipe tree knows it
     model_id: str  # the model served: a variant may serve another (e.g. a quantized copy)
@@ -61,7 +64,6 @@ class ImagePlan(Frozen):
     start_period_s: int
     repository: str
     tag: str
-    inputs_hash: str = ""
 
     @property
     def directory(self) -> PurePosixPath:
@@ -71,10 +73,6 @@ class ImagePlan(Frozen):
     @property
     def reference(self) -> str:
         return f"{self.repository}:{self.tag}"
-
-    @property
-    def immutable_tag(self) -> str:
-        return f"{self.tag}-{self.inputs_hash[:12]}"
 
     @property
     def served_model_name(self) -> str:
@@ -98,6 +96,21 @@ class ImagePlan(Frozen):
         """Removal in the install's own layer, so the removed files never reach the image."""
         return f"pip uninstall -y {' '.join(self.remove_packages)}" if self.remove_packages else "true"
 
+
+class ImagePlan(ImageSpec):
+    """An ImageSpec with the hash of everything the image is made from: what every stage after planning
+    receives. The hash is required, so an unhashed plan cannot reach a build, a tag or a label."""
+
+    inputs_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+    @property
+    def immutable_tag(self) -> str:
+        return f"{self.tag}-{self.inputs_hash[:12]}"
+
+    @property
+    def immutable_reference(self) -> str:
+        return f"{self.repository}:{self.immutable_tag}"
+
     @property
     def labels(self) -> dict[str, str]:
         return {
@@ -117,10 +130,12 @@ class ImagePlan(Frozen):
         }
 
 
-class ComposePlan(Frozen):
+class Deployment(Frozen):
+    """One way to run an image: a strategy on a node count, one NodeRole per compose file."""
+
     image: ImagePlan
-    strategy: str
-    strategy_name: str
+    strategy: str  # the strategy's id, e.g. multi_node_tp: its file name and its compose folder
+    strategy_name: str  # its display name, e.g. "Multi-Node Tensor Parallel"
     nodes: int
     roles: list[NodeRole]
     env: dict[str, str]  # the strategy's environment (NCCL/Gloo interface, ...)
@@ -157,6 +172,13 @@ class ComposePlan(Frozen):
         text = " ".join([*self.env.values(), *(arg for role in self.roles for arg in role.args)])
         names = {match.group("name") for match in _PLACEHOLDER.finditer(text)}
         return {name: SETTINGS[name] for name in SETTINGS if name in names}
+
+
+class Skipped(Frozen):
+    """A combination the factory does not generate, and why."""
+
+    what: str
+    reason: str
 
 
 def compose_interpolation(value: str) -> str:

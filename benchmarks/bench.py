@@ -2,7 +2,8 @@
 
 Every figure is a ratio of two measurements taken back to back in one run, because these machines are
 noisy. The benchmark builds under its own image names (a scratch copy of the project), so it never
-moves a real tag, and removes what it tagged. Run: python -m factory.benchmark [--json PATH].
+moves a real tag, and removes what it tagged. A development tool, not part of the installed package.
+Run: python benchmarks/bench.py [--json PATH] (what `nox -s bench` does).
 """
 
 from __future__ import annotations
@@ -25,20 +26,18 @@ import docker
 import yaml
 from docker.errors import ImageNotFound
 
+from factory.blueprint import Blueprint, select
 from factory.build.builder import BuildResult, build_image
 from factory.engine import connect
 from factory.files import write_text_atomic
-from factory.generate import all_outputs, write_outputs
-from factory.plan import ImagePlan
-from factory.planner import plan_all, plan_image
+from factory.generate import generate
+from factory.plan.models import ImagePlan
 from factory.project import Project, load_project
 from factory.settings import BuildSettings, load_settings
 from factory.validate.container import running
 from factory.validate.probes import chat, wait_healthy
 from factory.validate.static import run_in_image
 
-TINY = "factory/tiny-random-llama"
-KIMI = "moonshotai/Kimi-Linear-48B-A3B-Instruct"
 TINY_FILE = Path("recipes/models/factory/tiny-random-llama.yaml")
 BENCH_SLUG = "tiny-random-llama-bench"
 
@@ -66,12 +65,13 @@ def scratch_project(root: Path, extra_args: list[str] | None = None) -> Iterator
         data["model"]["base_args"] += extra_args or []
         path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
         project = load_project(copy)
-        write_outputs(copy, all_outputs(project, plan_all(project)))
+        generate(project)
         yield project
 
 
-def tiny(project: Project) -> ImagePlan:
-    return plan_image(project, project.tree.recipe(TINY), "cpu", "default")
+def tiny(project: Project) -> Blueprint:
+    """The built-in default: the catalog's build recipe for the CPU target."""
+    return select(project, project.catalog.build_recipe("cpu"), "cpu", "default")[0]
 
 
 def floor_install(image: ImagePlan, settings: BuildSettings, cache: Path) -> float:
@@ -125,8 +125,9 @@ def size_against_floor(client: docker.DockerClient, result: BuildResult) -> tupl
     return figure, listing
 
 
-def startup_overhead(image: ImagePlan) -> tuple[Figure, Figure]:
+def startup_overhead(blueprint: Blueprint) -> tuple[Figure, Figure]:
     """Probe's own overhead: when /health was seen answering, against when vLLM logged it was up."""
+    image = blueprint.image
     with running(image, ["--tensor-parallel-size", "1"], "bench") as started:
         wrapped = started.container.get_wrapped_container()
         healthy_s = wait_healthy(started.base_url, started.name, 600, started.state, poll_s=0.1)
@@ -162,9 +163,7 @@ def regenerate_time(root: Path) -> Figure:
         for name in ("recipes", "catalog"):
             shutil.copytree(root / name, copy / name)
         started = time.monotonic()
-        project = load_project(copy)
-        files = all_outputs(project, plan_all(project))
-        write_outputs(copy, files)
+        files = generate(load_project(copy)).files
         seconds = time.monotonic() - started
     return Figure(
         "regenerate every file for the whole catalog",
@@ -191,10 +190,11 @@ def run(root: Path) -> tuple[list[Figure], list[str]]:
     cache = root / ".bench-pip-cache"
     try:
         with scratch_project(root) as project:
-            image = tiny(project)
-            floor_install(image, settings, cache)  # warm pip's download cache, as the build's cache mount is
-            cold = build_image(project, image, settings, no_cache=True)
-            floor = floor_install(image, settings, cache)
+            blueprint = tiny(project)
+            # Warm pip's download cache first, as the build's cache mount is warm.
+            floor_install(blueprint.image, settings, cache)
+            cold = build_image(project.root, blueprint, settings, no_cache=True)
+            floor = floor_install(blueprint.image, settings, cache)
             figures.append(
                 Figure(
                     "cold CPU build vs pip-install floor",
@@ -205,7 +205,7 @@ def run(root: Path) -> tuple[list[Figure], list[str]]:
                     f"build {cold.duration_s:.1f} s, floor {floor:.1f} s",
                 )
             )
-            again = build_image(project, image, settings)
+            again = build_image(project.root, blueprint, settings)
             figures.append(
                 Figure(
                     "no-change rebuild / cold build",
@@ -219,7 +219,7 @@ def run(root: Path) -> tuple[list[Figure], list[str]]:
             size, listing = size_against_floor(client, cold)
             figures.append(size)
         with scratch_project(root, ["--max-num-seqs", "4"]) as changed_project:
-            changed = build_image(changed_project, tiny(changed_project), settings)
+            changed = build_image(changed_project.root, tiny(changed_project), settings)
             figures.append(
                 Figure(
                     "serve-argument rebuild / cold build",
@@ -233,8 +233,9 @@ def run(root: Path) -> tuple[list[Figure], list[str]]:
             healthy, first_chat = startup_overhead(tiny(changed_project))
             figures += [healthy, first_chat]
         main = load_project(root)
-        h200 = build_image(main, plan_image(main, main.tree.recipe(KIMI), "h200", "default"), settings)
-        h100 = build_image(main, plan_image(main, main.tree.recipe(KIMI), "h100", "default"), settings)
+        kimi = main.catalog.build_recipe("h200")
+        h200 = build_image(root, select(main, kimi, "h200", "default")[0], settings)
+        h100 = build_image(root, select(main, kimi, "h100", "default")[0], settings)
         h200_layers = set(client.images.get(h200.image_id).attrs["RootFS"]["Layers"])
         added = [
             layer

@@ -8,7 +8,7 @@ from functools import cache
 
 import jinja2
 
-from factory.plan import ComposePlan, ImagePlan, compose_interpolation
+from factory.plan.models import Deployment, ImagePlan, compose_interpolation
 
 
 @cache
@@ -25,6 +25,7 @@ def environment() -> jinja2.Environment:
     return env
 
 
+@cache
 def template_sources() -> dict[str, str]:
     """Every template's text, an input of each image's hash."""
     env = environment()
@@ -36,7 +37,7 @@ def render_dockerfile(image: ImagePlan) -> str:
     return environment().get_template(f"Dockerfile.{image.install_kind}.j2").render(image=image)
 
 
-def render_compose(plan: ComposePlan, index: int) -> str:
+def render_compose(plan: Deployment, index: int) -> str:
     role = plan.roles[index]
     return (
         environment()
@@ -55,7 +56,7 @@ def render_compose(plan: ComposePlan, index: int) -> str:
     )
 
 
-def render_env_example(plan: ComposePlan) -> str:
+def render_env_example(plan: Deployment) -> str:
     return environment().get_template("env.example.j2").render(settings=plan.settings_used)
 
 

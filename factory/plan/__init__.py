@@ -1,0 +1,1 @@
+"""Planning: recipe, strategy and catalog in; image specs, deployments and their node commands out."""

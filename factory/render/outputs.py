@@ -1,0 +1,94 @@
+"""The files `factory generate` writes: each image's build context, each deployment's compose files,
+and the bake file over all images."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path, PurePosixPath
+
+from factory.plan.models import Deployment, ImagePlan, ImageSpec
+from factory.render.templating import render_bake, render_compose, render_dockerfile, render_env_example
+
+OUTPUT_ROOTS = ("images", "compose")
+IMAGE_FILES = ("factory-serve", "image_info.py")
+
+
+@dataclass(frozen=True)
+class OutputFile:
+    path: PurePosixPath
+    content: bytes
+    executable: bool = False
+
+
+@cache
+def image_support_file(name: str) -> bytes:
+    """A file copied into each image's build context, with a do-not-edit line after any shebang."""
+    text = resources.files("factory").joinpath("image_files", name).read_text(encoding="utf-8")
+    shebang, _, rest = text.partition("\n") if text.startswith("#!") else ("", "", text)
+    header = f"# DO NOT EDIT: copied by `factory generate` from factory/image_files/{name}.\n"
+    return ((shebang + "\n" if shebang else "") + header + rest).encode()
+
+
+def bundled_model_files(root: Path, image: ImageSpec) -> dict[str, bytes]:
+    """The model files an image carries (the tiny self-test model), by path inside its folder."""
+    if not image.bundled_model_src:
+        return {}
+    folder = root / image.bundled_model_src
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
+
+
+def image_outputs(root: Path, image: ImagePlan) -> list[OutputFile]:
+    base = image.directory
+    files = [
+        OutputFile(base / "Dockerfile", render_dockerfile(image).encode()),
+        OutputFile(base / "factory-serve", image_support_file("factory-serve"), executable=True),
+        OutputFile(base / "image_info.py", image_support_file("image_info.py")),
+        # Local find-links folder for the pip step; a build may put wheels here.
+        OutputFile(base / "wheels" / ".keep", b""),
+    ]
+    files += [
+        OutputFile(base / "model" / name, content)
+        for name, content in bundled_model_files(root, image).items()
+    ]
+    return files
+
+
+def compose_outputs(plan: Deployment) -> list[OutputFile]:
+    files = [
+        OutputFile(plan.directory / plan.file_name(role), render_compose(plan, index).encode())
+        for index, role in enumerate(plan.roles)
+    ]
+    if plan.settings_used:
+        files.append(OutputFile(plan.directory / ".env.example", render_env_example(plan).encode()))
+    return files
+
+
+@dataclass(frozen=True)
+class BakeTarget:
+    name: str
+    context: str
+    platform: str
+    tags: tuple[str, ...]
+
+
+def bake_output(images: list[ImagePlan]) -> OutputFile:
+    """images/docker-bake.hcl: every image as a buildx target with its platform (arm64 for Grace trays)."""
+    targets = [
+        BakeTarget(
+            name=f"{image.slug}-{image.tag}".replace(".", "-"),
+            context=image.directory.as_posix(),
+            platform=image.platform,
+            tags=(image.reference, image.immutable_reference),
+        )
+        for image in images
+    ]
+    groups: dict[str, list[str]] = {}
+    for image, target in zip(images, targets, strict=True):
+        for group in (image.hardware, image.platform.replace("linux/", "")):
+            groups.setdefault(group, []).append(target.name)
+    text = render_bake(targets, dict(sorted(groups.items())))
+    return OutputFile(PurePosixPath("images/docker-bake.hcl"), text.encode())
