@@ -128,9 +128,11 @@ def size_against_floor(client: docker.DockerClient, result: BuildResult) -> tupl
 def startup_overhead(blueprint: Blueprint) -> tuple[Figure, Figure]:
     """Probe's own overhead: when /health was seen answering, against when vLLM logged it was up."""
     image = blueprint.image
-    with running(image, ["--tensor-parallel-size", "1"], "bench") as started:
+    with running(
+        image, blueprint.vendor, blueprint.server, ["--tensor-parallel-size", "1"], "bench"
+    ) as started:
         wrapped = started.container.get_wrapped_container()
-        healthy_s = wait_healthy(started.base_url, started.name, 600, started.state, poll_s=0.1)
+        healthy_s = wait_healthy(started.health_url, started.name, 600, started.state, poll_s=0.1)
         seen_at = time.time()
         answer = chat(started.base_url, image.served_model_name)
         logs = wrapped.logs(timestamps=True).decode(errors="replace").splitlines()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from factory.catalog.schema import Server, Vendor
 from factory.errors import InputError, RefusedError
 from factory.plan.deployments import (
     DEFAULT_NODES,
@@ -23,13 +24,15 @@ from factory.plan.pins import pinned_vllm
 from factory.plan.preflight import Finding, preflight
 from factory.project import Project
 from factory.recipes.loader import LoadedRecipe
-from factory.render.hashing import hashed
-from factory.render.outputs import OutputFile, bake_output, compose_outputs, image_outputs
+from factory.render.hashing import hashed_context
+from factory.render.outputs import OutputFile, bake_output, compose_outputs
 
 
 @dataclass(frozen=True)
 class Blueprint:
     image: ImagePlan
+    vendor: Vendor  # what a container needs to see this image's GPUs
+    server: Server  # the API port and health check every image serves with
     deployments: tuple[Deployment, ...]
     image_files: tuple[OutputFile, ...]  # the build context under images/
     compose_files: tuple[OutputFile, ...]  # every deployment's files under compose/
@@ -69,13 +72,18 @@ class Blueprints:
 
 def finish(project: Project, loaded: LoadedRecipe, hardware: str, variant: str, nodes: int) -> Blueprint:
     """Plan one image and everything that follows from it, once."""
-    image = hashed(project.root, plan_image_spec(project, loaded, hardware, variant))
+    server = project.catalog.server
+    image, image_files = hashed_context(
+        project.root, plan_image_spec(project, loaded, hardware, variant), server
+    )
     deployments, skipped = plan_deployments(project, image, nodes)
     return Blueprint(
         image=image,
+        vendor=project.catalog.vendors[image.vendor],
+        server=server,
         deployments=tuple(deployments),
-        image_files=tuple(image_outputs(project.root, image)),
-        compose_files=tuple(file for deployment in deployments for file in compose_outputs(deployment)),
+        image_files=tuple(image_files),
+        compose_files=tuple(file for d in deployments for file in compose_outputs(d, server)),
         findings=tuple(preflight(project, image)),
         skipped=tuple(skipped),
     )

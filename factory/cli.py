@@ -53,7 +53,8 @@ def cmd_show(project: Project, args: argparse.Namespace) -> int:
     blueprint, deployment = choose_deployment(
         project, args.model, args.hardware, args.strategy, args.variant, args.nodes
     )
-    print(render_show(deployment, [str(finding) for finding in blueprint.findings]), end="")
+    findings = [str(finding) for finding in blueprint.findings]
+    print(render_show(deployment, findings, project.catalog.server), end="")
     return 0
 
 

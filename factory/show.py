@@ -4,21 +4,9 @@ from __future__ import annotations
 
 import shlex
 
+from factory.catalog.schema import Server
 from factory.plan.models import Deployment, ImagePlan, NodeRole
 from factory.serve_args import split_flags
-
-DOCKER_DEVICE_FLAGS = {
-    "nvidia": ["--gpus", "all"],
-    "amd": [
-        "--device=/dev/kfd",
-        "--device=/dev/dri",
-        "--security-opt",
-        "seccomp=unconfined",
-        "--group-add",
-        "video",
-    ],
-    "cpu": [],
-}
 
 
 def install_commands(image: ImagePlan) -> list[str]:
@@ -50,13 +38,14 @@ def serve_command(plan: Deployment, role: NodeRole) -> str:
     return "\n".join([*exports, _lines(words)])
 
 
-def docker_run(plan: Deployment, role: NodeRole) -> str:
+def docker_run(plan: Deployment, role: NodeRole, server: Server) -> str:
     image = plan.image
-    network = ["--network", "host"] if plan.host_network else ["-p", "127.0.0.1:8000:8000"]
+    port = server.port
+    network = ["--network", "host"] if plan.host_network else ["-p", f"127.0.0.1:{port}:{port}"]
     env = [f"-e {k}={_quote(v)}" for k, v in plan.env.items()]
     head = [
         "docker run --rm",
-        *DOCKER_DEVICE_FLAGS[image.vendor],
+        *(_quote(flag) for flag in plan.vendor.docker_run_flags()),
         "--ipc=host",
         *network,
         *env,
@@ -72,11 +61,11 @@ def _pairs(args: list[str]) -> list[str]:
     return [" ".join(_quote(token) for token in flag.tokens()) for flag in split_flags(args, "show")]
 
 
-def render_show(plan: Deployment, findings: list[str]) -> str:
+def render_show(plan: Deployment, findings: list[str], server: Server) -> str:
     image = plan.image
     out = [
         f"# {image.model_id} on {image.hardware_name}",
-        f"Configuration: hardware `{image.hardware}` · strategy `{plan.strategy}` ({plan.strategy_name}) · "
+        f"Configuration: hardware `{image.hardware}` · strategy `{plan.strategy}` ({plan.strategy_title}) · "
         f"variant `{image.variant}` · nodes {plan.nodes} · vLLM {image.vllm_version}",
         "",
         "## Install",
@@ -90,7 +79,7 @@ def render_show(plan: Deployment, findings: list[str]) -> str:
             serve_command(plan, role),
             "",
             f"## Docker{title}",
-            docker_run(plan, role),
+            docker_run(plan, role, server),
             "",
         ]
     out += ["## Compose", *(f"{plan.directory / plan.file_name(role)}" for role in plan.roles)]

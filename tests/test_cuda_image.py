@@ -93,13 +93,13 @@ def test_gpu_images_request_their_gpus(
 ) -> None:
     # Created, never started: the request is in the container's configuration; running it needs a GPU.
     container = docker_client.containers.create(
-        h200_built.image_id, labels={OWNER_LABEL: "test"}, **gpu_run_options(kimi(project, "h200").image)
+        h200_built.image_id, labels={OWNER_LABEL: "test"}, **gpu_run_options(kimi(project, "h200").vendor)
     )
     try:
         requests = container.attrs["HostConfig"]["DeviceRequests"]
         assert requests[0]["Count"] == -1 and requests[0]["Capabilities"] == [["gpu"]]
     finally:
         container.remove(force=True)
-    amd = gpu_run_options(kimi(project, "mi300x").image)
-    assert amd["devices"] == ["/dev/kfd", "/dev/dri"] and "video" in amd["group_add"]
+    amd = gpu_run_options(kimi(project, "mi300x").vendor, {"RENDER_GID": "109"})
+    assert amd["devices"] == ["/dev/kfd", "/dev/dri"] and amd["group_add"] == ["video", "109"]
     assert amd["security_opt"] == ["seccomp=unconfined"]

@@ -136,7 +136,7 @@ def test_two_containers_rendezvous_and_serve_through_the_head(
         return ContainerState(True, None, head_container.logs(tail=40).decode(errors="replace"))
 
     base_url = f"http://127.0.0.1:{port}"
-    wait_healthy(base_url, head_container.name, 600, state)
+    wait_healthy(f"{base_url}/health", head_container.name, 600, state)
     assert check_models(base_url, TINY) == [TINY]
     answer = chat(base_url, TINY)
     assert answer.completion_tokens > 0

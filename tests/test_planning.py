@@ -13,7 +13,7 @@ from factory.plan.preflight import preflight
 from factory.project import Project, load_project
 from factory.recipes.loader import load_tree
 from factory.recipes.schema import Dependency, StrategyOverride
-from factory.render.hashing import hashed
+from factory.render.hashing import hashed_context
 from factory.serve_args import flatten, resolve
 from tests.conftest import FIXTURES, KIMI, TINY, blueprint_of
 
@@ -26,7 +26,8 @@ def kimi(project: Project, hardware: str) -> ImagePlan:
 
 
 def plan_image(project: Project, loaded, hardware: str, variant: str) -> ImagePlan:  # type: ignore[no-untyped-def]
-    return hashed(project.root, plan_image_spec(project, loaded, hardware, variant))
+    spec = plan_image_spec(project, loaded, hardware, variant)
+    return hashed_context(project.root, spec, project.catalog.server)[0]
 
 
 def plan_compose(project: Project, image: ImagePlan, strategy: str, nodes: int) -> Deployment:
@@ -233,3 +234,18 @@ def test_hardware_the_factory_cannot_build_for_is_reported_and_skipped(project: 
     skipped = {entry.what: entry.reason for entry in skipped_list}
     assert "cannot build for Google tpu" in skipped["example/small-moe-it on trillium"]
     assert "cannot build for Intel cpu" in skipped["example/small-moe-it on xeon6"]
+
+
+def test_the_inputs_hash_covers_the_build_context_and_nothing_else(scratch) -> None:  # type: ignore[no-untyped-def]
+    def h200_hash() -> str:
+        return blueprint_of(load_project(scratch), KIMI, "h200").image.inputs_hash
+
+    before = h200_hash()
+    strategy = scratch / "recipes" / "strategies" / "multi_node_tep.yaml"
+    strategy.write_text(strategy.read_text().replace('"--enable-expert-parallel"', '"--enable-eplb"'))
+    assert h200_hash() == before, "a flag only compose files carry must not move the immutable tag"
+    recipe = scratch / "recipes" / "models" / "moonshotai" / "Kimi-Linear-48B-A3B-Instruct.yaml"
+    recipe.write_text(
+        recipe.read_text().replace('- "--trust-remote-code"', '- "--trust-remote-code"\n    - "--x"')
+    )
+    assert h200_hash() != before, "a flag in the image's entrypoint changes its build context"

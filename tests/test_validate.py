@@ -10,9 +10,9 @@ from typing import Any
 import docker
 import pytest
 
+from factory.blueprint import Blueprint
 from factory.build.builder import BuildResult
 from factory.engine import OWNER_LABEL
-from factory.plan.models import ImagePlan
 from factory.project import Project
 from factory.validate.container import running
 from factory.validate.probes import ProbeFailure, parse_chat, wait_healthy
@@ -21,8 +21,8 @@ from tests.conftest import ROOT, TINY, blueprint_of, run_factory
 pytestmark = pytest.mark.docker
 
 
-def tiny_plan(project: Project) -> ImagePlan:
-    return blueprint_of(project, TINY, "cpu").image
+def tiny_plan(project: Project) -> Blueprint:
+    return blueprint_of(project, TINY, "cpu")
 
 
 @pytest.mark.e2e
@@ -54,11 +54,12 @@ def test_a_server_that_exits_at_start_fails_fast_with_its_logs(
     project: Project, tiny_built: BuildResult, no_leftovers: None
 ) -> None:
     started_at = time.monotonic()
+    blueprint = tiny_plan(project)
     with (
-        running(tiny_plan(project), ["--no-such-flag"], "exits") as started,
+        running(blueprint.image, blueprint.vendor, blueprint.server, ["--no-such-flag"], "exits") as started,
         pytest.raises(ProbeFailure) as failure,
     ):
-        wait_healthy(started.base_url, started.name, 600, started.state)
+        wait_healthy(started.health_url, started.name, 600, started.state)
     assert time.monotonic() - started_at < 120, "waited for a timeout instead of seeing the exit"
     message = str(failure.value)
     assert f"container {started.name} exited" in message
@@ -82,9 +83,13 @@ def silent_image(docker_client: docker.DockerClient):
 def test_health_that_never_answers_times_out_naming_container_and_url(
     project: Project, silent_image: object, no_leftovers: None
 ) -> None:
-    plan = tiny_plan(project).model_copy(update={"repository": "factory-test/silent", "tag": "latest"})
-    with running(plan, [], "silent") as started, pytest.raises(ProbeFailure) as failure:
-        wait_healthy(started.base_url, started.name, 5, started.state)
+    blueprint = tiny_plan(project)
+    plan = blueprint.image.model_copy(update={"repository": "factory-test/silent", "tag": "latest"})
+    with (
+        running(plan, blueprint.vendor, blueprint.server, [], "silent") as started,
+        pytest.raises(ProbeFailure) as failure,
+    ):
+        wait_healthy(started.health_url, started.name, 5, started.state)
     message = str(failure.value)
     assert "timed out after 5 s" in message
     assert f"{started.base_url}/health" in message and started.name in message

@@ -20,6 +20,14 @@ def load_catalog(path: Path) -> Catalog:
                 value=hardware.install,
                 valid=catalog.installs,
             )
+        if hardware.vendor not in catalog.vendors:
+            raise InputError(
+                "unknown vendor",
+                file=path,
+                field=f"hardware.{name}.vendor",
+                value=hardware.vendor,
+                valid=catalog.vendors,
+            )
         install = catalog.installs[hardware.install]
         if install.kind == "pip" and hardware.base_image is None:
             raise InputError(

@@ -8,7 +8,6 @@ from packaging.specifiers import SpecifierSet
 
 from factory.models_base import Strict
 
-Vendor = Literal["nvidia", "amd", "cpu"]
 Platform = Literal["linux/amd64", "linux/arm64"]
 
 
@@ -66,8 +65,68 @@ class Install(Strict):
     notes: list[Sourced] = []
 
 
+class GroupAdd(Strict):
+    """A supplementary group the server needs: a name, or ${SETTING} for an id only the host knows."""
+
+    group: str
+    why: str | None = None
+
+
+class GpuRequest(Strict):
+    """A device request through the engine's GPU driver (the NVIDIA container toolkit)."""
+
+    driver: str
+    count: Literal["all"] = "all"
+    capabilities: list[str]
+
+
+class GpuCheck(Strict):
+    """How validation knows the engine can give a container this vendor's GPUs."""
+
+    runtime: str | None = None  # the engine must offer this container runtime
+    device: str | None = None  # this device must exist (on a local engine)
+    remote_env: str | None = None  # on a remote engine, this variable set to 1 says the GPUs are there
+
+
+class Vendor(Strict):
+    """What a container needs to see this vendor's GPUs. One home for it: the compose files, `factory show`'s
+    `docker run` and validation's containers all read it from here."""
+
+    name: str  # as people say it: NVIDIA, AMD
+    gpu_request: GpuRequest | None = None
+    devices: list[str] = []
+    group_add: list[GroupAdd] = []
+    security_opt: list[str] = []
+    gpu_check: GpuCheck | None = None  # None: the backend needs no GPU
+    sources: list[str] = []
+
+    def docker_run_flags(self) -> list[str]:
+        """The same access as `docker run` flags."""
+        flags = ["--gpus", self.gpu_request.count] if self.gpu_request else []
+        flags += [f"--device={device}" for device in self.devices]
+        for option in self.security_opt:
+            flags += ["--security-opt", option]
+        for group in self.group_add:
+            flags += ["--group-add", group.group]
+        return flags
+
+
+class Server(Strict):
+    """How every image serves: the API port inside the container and the health check Docker runs."""
+
+    port: int = 8000
+    health_path: str = "/health"
+    health_interval_s: int = 30
+    health_timeout_s: int = 5
+    health_retries: int = 3
+
+    @property
+    def health_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}{self.health_path}"
+
+
 class Hardware(Strict):
-    vendor: Vendor
+    vendor: str  # a key of the catalog's vendors (the loader checks it)
     display_name: str
     taxonomy_profile: str | None = None  # the recipes taxonomy's name for it, when it has one
     platform: Platform
@@ -85,6 +144,8 @@ class KnownBadPin(Sourced):
 
 
 class Catalog(Strict):
+    vendors: dict[str, Vendor]
+    server: Server = Server()
     installs: dict[str, Install]
     hardware: dict[str, Hardware]
     known_bad: dict[str, list[KnownBadPin]] = {}  # model_id -> versions that break it

@@ -124,9 +124,10 @@ def plan_deployment(project: Project, image: ImagePlan, strategy_name: str, node
     return Deployment(
         image=image,
         strategy=strategy_name,
-        strategy_name=strategy.display_name or strategy_name,
+        strategy_title=strategy.display_name or strategy_name,
         nodes=nodes,
         roles=final_roles,
         env=env,
         host_network=strategy.deploy_type == "multi_node",
+        vendor=project.catalog.vendors[image.vendor],
     )

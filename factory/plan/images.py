@@ -6,6 +6,7 @@ import re
 
 from packaging.version import Version
 
+from factory import image_paths
 from factory.catalog.schema import Hardware, Install
 from factory.errors import InputError, RefusedError
 from factory.plan import naming
@@ -16,7 +17,6 @@ from factory.recipes.loader import LoadedRecipe
 from factory.recipes.schema import ArgsAndEnv, Feature, Recipe
 from factory.serve_args import flatten, resolve
 
-BUNDLED_MODELS_DIR = "/opt/models"
 # Health-check start period: vLLM images in the wild allow 300 to 480 s; a large model needs more
 # (weights read from disk, CUDA graphs captured), so add 10 s per billion parameters.
 BASE_START_PERIOD_S = 300
@@ -40,7 +40,7 @@ def plan_image_spec(
     variant = recipe.variants[variant_name]
     model_id = variant.model_id or recipe.model.model_id
     bundled = project.relative(loaded.bundled_model_dir) if loaded.bundled_model_dir else None
-    weights = f"{BUNDLED_MODELS_DIR}/{model_id}" if bundled else model_id
+    weights = f"{image_paths.BUNDLED_MODELS}/{model_id}" if bundled else model_id
     override_blocks = hardware_override_blocks(project, recipe, variant_name, hardware_key)
     features = enabled_features(recipe, hardware_key)
     image_slug = naming.slug(recipe, model_id)

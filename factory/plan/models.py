@@ -12,14 +12,20 @@ from pathlib import PurePosixPath
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from factory.catalog.schema import Vendor
+
 # Compose files and `factory show` spell these settings as ${NAME}; defaults fill in where vLLM has one.
 SETTINGS: dict[str, tuple[str | None, str]] = {
     "HEAD_ADDRESS": (None, "address of the head node, reachable from every node"),
     "MASTER_PORT": ("29501", "torch.distributed rendezvous port on the head (vLLM's default)"),
     "DP_RPC_PORT": ("13345", "data-parallel RPC port on the head"),
     "IFACE_NAME": (None, "network interface NCCL and Gloo use on every node (e.g. eth0, ib0)"),
+    "RENDER_GID": (
+        None,
+        "the host's render group id, which owns /dev/kfd (getent group render | cut -d: -f3)",
+    ),
 }
-_PLACEHOLDER = re.compile(r"\$\{?(?P<name>[A-Z_][A-Z0-9_]*)\}?")
+PLACEHOLDER = re.compile(r"\$\{?(?P<name>[A-Z_][A-Z0-9_]*)\}?")
 
 
 class Frozen(BaseModel):
@@ -113,21 +119,27 @@ class ImagePlan(ImageSpec):
 
     @property
     def labels(self) -> dict[str, str]:
-        return {
-            "org.opencontainers.image.title": f"{self.model_id} on {self.hardware_name}",
-            "org.opencontainers.image.description": (
-                f"vLLM {self.vllm_version} serving {self.model_id} ({self.variant}) on {self.hardware_name}"
-            ),
-            "org.opencontainers.image.version": self.tag,
-            "org.opencontainers.image.vendor": "vllm-image-factory",
-            "ai.vllm.factory.recipe": self.model_id,
-            "ai.vllm.factory.variant": self.variant,
-            "ai.vllm.factory.hardware": self.hardware,
-            "ai.vllm.factory.gpu-arch": self.gpu_arch or "none",
-            "ai.vllm.factory.platform": self.platform,
-            "ai.vllm.factory.vllm-version": self.vllm_version,
-            "ai.vllm.factory.inputs-hash": self.inputs_hash,
-        }
+        return image_labels(self, self.inputs_hash)
+
+
+def image_labels(spec: ImageSpec, inputs_hash: str) -> dict[str, str]:
+    """The OCI and factory labels of an image: what it serves, on what, from which inputs."""
+    return {
+        "org.opencontainers.image.title": f"{spec.model_id} on {spec.hardware_name}",
+        "org.opencontainers.image.description": (
+            f"vLLM {spec.vllm_version} serving {spec.model_id} ({spec.variant}) on {spec.hardware_name}"
+        ),
+        "org.opencontainers.image.version": spec.tag,
+        "org.opencontainers.image.vendor": "vllm-image-factory",
+        "ai.vllm.factory.recipe": spec.recipe_id,
+        "ai.vllm.factory.model": spec.model_id,
+        "ai.vllm.factory.variant": spec.variant,
+        "ai.vllm.factory.hardware": spec.hardware,
+        "ai.vllm.factory.gpu-arch": spec.gpu_arch or "none",
+        "ai.vllm.factory.platform": spec.platform,
+        "ai.vllm.factory.vllm-version": spec.vllm_version,
+        "ai.vllm.factory.inputs-hash": inputs_hash,
+    }
 
 
 class Deployment(Frozen):
@@ -135,11 +147,12 @@ class Deployment(Frozen):
 
     image: ImagePlan
     strategy: str  # the strategy's id, e.g. multi_node_tp: its file name and its compose folder
-    strategy_name: str  # its display name, e.g. "Multi-Node Tensor Parallel"
+    strategy_title: str  # its display name, e.g. "Multi-Node Tensor Parallel"
     nodes: int
     roles: list[NodeRole]
     env: dict[str, str]  # the strategy's environment (NCCL/Gloo interface, ...)
     host_network: bool
+    vendor: Vendor  # what the containers need to see the GPUs
 
     @property
     def directory(self) -> PurePosixPath:
@@ -169,8 +182,14 @@ class Deployment(Frozen):
 
     @property
     def settings_used(self) -> dict[str, tuple[str | None, str]]:
-        text = " ".join([*self.env.values(), *(arg for role in self.roles for arg in role.args)])
-        names = {match.group("name") for match in _PLACEHOLDER.finditer(text)}
+        text = " ".join(
+            [
+                *self.env.values(),
+                *(arg for role in self.roles for arg in role.args),
+                *(group.group for group in self.vendor.group_add),
+            ]
+        )
+        names = {match.group("name") for match in PLACEHOLDER.finditer(text)}
         return {name: SETTINGS[name] for name in SETTINGS if name in names}
 
 
@@ -191,9 +210,9 @@ def compose_interpolation(value: str) -> str:
         default, why = SETTINGS[name]
         return f"${{{name}:-{default}}}" if default else f"${{{name}:?set {name}: {why} (see .env.example)}}"
 
-    return _PLACEHOLDER.sub(spell, value)
+    return PLACEHOLDER.sub(spell, value)
 
 
 def normalise_placeholders(value: str) -> str:
     """Upstream strategies write $IFACE_NAME; the factory writes ${IFACE_NAME} everywhere."""
-    return _PLACEHOLDER.sub(lambda m: "${" + m.group("name") + "}", value)
+    return PLACEHOLDER.sub(lambda m: "${" + m.group("name") + "}", value)

@@ -1,28 +1,42 @@
-"""The inputs hash of an image: everything it is made from, so an unchanged hash means an unchanged image."""
+"""The inputs hash of an image: the hash of its build context, so equal hashes mean equal builds.
+
+The Dockerfile carries the hash in a label, so it is rendered with a placeholder first, the context is
+hashed, and the placeholder is then replaced. What changes no file of the context (a compose template,
+a serve flag only compose files carry) leaves the hash, and the immutable tag, as they were.
+"""
 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from pathlib import Path
 
-from factory import __version__
+from factory.catalog.schema import Server
 from factory.plan.models import ImagePlan, ImageSpec
-from factory.render.outputs import IMAGE_FILES, bundled_model_files, image_support_file
-from factory.render.templating import template_sources
+from factory.render.outputs import OutputFile, image_outputs
+
+PLACEHOLDER = "0" * 64
 
 
-def inputs_hash(root: Path, spec: ImageSpec) -> str:
-    """Hash the image's plan, the templates, the files it copies and the factory's version."""
-    digest = hashlib.sha256(__version__.encode())
-    digest.update(spec.model_dump_json().encode())
-    for name, source in template_sources().items():
-        digest.update(name.encode() + b"\0" + source.encode())
-    for name in IMAGE_FILES:
-        digest.update(image_support_file(name))
-    for name, content in bundled_model_files(root, spec).items():
-        digest.update(name.encode() + b"\0" + content)
+def context_hash(image: ImageSpec, files: list[OutputFile]) -> str:
+    digest = hashlib.sha256()
+    for file in sorted(files, key=lambda f: f.path):
+        relative = file.path.relative_to(image.directory).as_posix()
+        digest.update(f"{relative}\0{int(file.executable)}\0{len(file.content)}\0".encode())
+        digest.update(file.content)
     return digest.hexdigest()
 
 
-def hashed(root: Path, spec: ImageSpec) -> ImagePlan:
-    return ImagePlan(**spec.model_dump(), inputs_hash=inputs_hash(root, spec))
+def hashed_context(root: Path, spec: ImageSpec, server: Server) -> tuple[ImagePlan, list[OutputFile]]:
+    """The image's plan with its hash, and its build context with the hash in place."""
+    draft = image_outputs(root, spec, PLACEHOLDER, server)
+    inputs_hash = context_hash(spec, draft)
+    image = ImagePlan(**spec.model_dump(), inputs_hash=inputs_hash)
+    dockerfile = next(f for f in draft if f.path.name == "Dockerfile")
+    if dockerfile.content.count(PLACEHOLDER.encode()) == 1:
+        final = replace(
+            dockerfile, content=dockerfile.content.replace(PLACEHOLDER.encode(), inputs_hash.encode())
+        )
+        return image, [final if f is dockerfile else f for f in draft]
+    # The placeholder also appears in the recipe's own text: render again rather than replace blindly.
+    return image, image_outputs(root, spec, inputs_hash, server)

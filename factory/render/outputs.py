@@ -8,6 +8,7 @@ from functools import cache
 from importlib import resources
 from pathlib import Path, PurePosixPath
 
+from factory.catalog.schema import Server
 from factory.plan.models import Deployment, ImagePlan, ImageSpec
 from factory.render.templating import render_bake, render_compose, render_dockerfile, render_env_example
 
@@ -41,10 +42,11 @@ def bundled_model_files(root: Path, image: ImageSpec) -> dict[str, bytes]:
     }
 
 
-def image_outputs(root: Path, image: ImagePlan) -> list[OutputFile]:
+def image_outputs(root: Path, image: ImageSpec, inputs_hash: str, server: Server) -> list[OutputFile]:
+    """The image's build context: Dockerfile, launcher, version check, wheels/ and any bundled model."""
     base = image.directory
     files = [
-        OutputFile(base / "Dockerfile", render_dockerfile(image).encode()),
+        OutputFile(base / "Dockerfile", render_dockerfile(image, inputs_hash, server).encode()),
         OutputFile(base / "factory-serve", image_support_file("factory-serve"), executable=True),
         OutputFile(base / "image_info.py", image_support_file("image_info.py")),
         # Local find-links folder for the pip step; a build may put wheels here.
@@ -57,9 +59,9 @@ def image_outputs(root: Path, image: ImagePlan) -> list[OutputFile]:
     return files
 
 
-def compose_outputs(plan: Deployment) -> list[OutputFile]:
+def compose_outputs(plan: Deployment, server: Server) -> list[OutputFile]:
     files = [
-        OutputFile(plan.directory / plan.file_name(role), render_compose(plan, index).encode())
+        OutputFile(plan.directory / plan.file_name(role), render_compose(plan, index, server).encode())
         for index, role in enumerate(plan.roles)
     ]
     if plan.settings_used:

@@ -8,7 +8,9 @@ from functools import cache
 
 import jinja2
 
-from factory.plan.models import Deployment, ImagePlan, compose_interpolation
+from factory.catalog.schema import Server
+from factory.image_paths import TEMPLATE_GLOBALS
+from factory.plan.models import Deployment, ImageSpec, compose_interpolation, image_labels
 
 
 @cache
@@ -22,22 +24,17 @@ def environment() -> jinja2.Environment:
         autoescape=False,  # Dockerfiles and YAML, not HTML
     )
     env.filters["json"] = lambda value: json.dumps(value, ensure_ascii=False)
+    env.filters["setting"] = compose_interpolation
+    env.globals.update(TEMPLATE_GLOBALS)
     return env
 
 
-@cache
-def template_sources() -> dict[str, str]:
-    """Every template's text, an input of each image's hash."""
-    env = environment()
-    assert env.loader is not None
-    return {name: env.loader.get_source(env, name)[0] for name in sorted(env.list_templates())}
+def render_dockerfile(image: ImageSpec, inputs_hash: str, server: Server) -> str:
+    template = environment().get_template(f"Dockerfile.{image.install_kind}.j2")
+    return template.render(image=image, labels=image_labels(image, inputs_hash), server=server)
 
 
-def render_dockerfile(image: ImagePlan) -> str:
-    return environment().get_template(f"Dockerfile.{image.install_kind}.j2").render(image=image)
-
-
-def render_compose(plan: Deployment, index: int) -> str:
+def render_compose(plan: Deployment, index: int, server: Server) -> str:
     role = plan.roles[index]
     return (
         environment()
@@ -45,6 +42,8 @@ def render_compose(plan: Deployment, index: int) -> str:
         .render(
             plan=plan,
             image=plan.image,
+            vendor=plan.vendor,
+            server=server,
             role_title=plan.role_title(role),
             file_name=plan.file_name(role),
             project_name=plan.project_name(role),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -15,17 +15,17 @@ os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 from docker.types import DeviceRequest
 from testcontainers.core.container import DockerContainer
 
+from factory.catalog.schema import Server, Vendor
 from factory.engine import OWNER_LABEL
-from factory.plan.models import ImagePlan
+from factory.plan.models import PLACEHOLDER, ImagePlan
 from factory.validate.probes import ContainerState
-
-API_PORT = 8000
 
 
 @dataclass
 class Started:
     container: DockerContainer
     base_url: str
+    health_url: str
     name: str
 
     def state(self) -> ContainerState:
@@ -37,22 +37,34 @@ class Started:
         return ContainerState(running, exit_code, logs)
 
 
-def gpu_run_options(image: ImagePlan) -> dict[str, Any]:
-    """What the container needs to see its GPUs, as compose files and `docker run` give it."""
-    if image.vendor == "nvidia":
-        return {"device_requests": [DeviceRequest(count=-1, capabilities=[["gpu"]])]}
-    if image.vendor == "amd":
-        return {
-            "devices": ["/dev/kfd", "/dev/dri"],
-            "group_add": ["video"],
-            "security_opt": ["seccomp=unconfined"],
-        }
-    return {}
+def gpu_run_options(vendor: Vendor, settings: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """What the container needs to see its GPUs, from the same vendor data the compose files print.
+    A group given as a ${SETTING} (the host's render group id) is added when `settings` has its value."""
+    options: dict[str, Any] = {}
+    if vendor.gpu_request:
+        request = vendor.gpu_request
+        options["device_requests"] = [
+            DeviceRequest(driver=request.driver, count=-1, capabilities=[request.capabilities])
+        ]
+    if vendor.devices:
+        options["devices"] = list(vendor.devices)
+    groups = [_setting_value(g.group, settings or {}) for g in vendor.group_add]
+    groups = [group for group in groups if group]
+    if groups:
+        options["group_add"] = groups
+    if vendor.security_opt:
+        options["security_opt"] = list(vendor.security_opt)
+    return options
 
 
 @contextmanager
 def running(
-    image: ImagePlan, args: list[str], run_id: str, env: dict[str, str] | None = None
+    image: ImagePlan,
+    vendor: Vendor,
+    server: Server,
+    args: list[str],
+    run_id: str,
+    env: dict[str, str] | None = None,
 ) -> Iterator[Started]:
     local_engine = os.environ.get("DOCKER_HOST", "unix://").startswith("unix://")
     container = (
@@ -61,20 +73,27 @@ def running(
         .with_kwargs(
             labels={OWNER_LABEL: "validate", "ai.vllm.factory.run": run_id},
             shm_size="2g",  # vLLM's engine needs more than Docker's default 64 MiB /dev/shm
-            **gpu_run_options(image),
+            **gpu_run_options(vendor, os.environ),
         )
     )
     # Loopback only on a local engine: a validation run must not publish the API to the network.
     # (testcontainers' with_bind_ports takes no host address; docker-py takes this tuple.)
-    container.ports[f"{API_PORT}/tcp"] = ("127.0.0.1", None) if local_engine else None  # type: ignore[assignment]
+    container.ports[f"{server.port}/tcp"] = ("127.0.0.1", None) if local_engine else None  # type: ignore[assignment]
     for name, value in (env or {}).items():
         container.with_env(name, value)
     try:
         container.start()
         # testcontainers may answer the bridge gateway; the port is bound on loopback here.
         host = "127.0.0.1" if local_engine else str(container.get_container_host_ip())
-        port = container.get_exposed_port(API_PORT)
+        port = container.get_exposed_port(server.port)
         name = str(container.get_wrapped_container().name)
-        yield Started(container, f"http://{host}:{port}", name)
+        base_url = f"http://{host}:{port}"
+        yield Started(container, base_url, base_url + server.health_path, name)
     finally:
         container.stop(force=True, delete_volume=True)
+
+
+def _setting_value(group: str, settings: Mapping[str, str]) -> str | None:
+    """A group name as is; a ${NAME} group from the settings, or None when they do not give it."""
+    match = PLACEHOLDER.fullmatch(group)
+    return settings.get(match.group("name")) if match else group

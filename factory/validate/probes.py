@@ -36,11 +36,11 @@ class ChatResult:
 
 
 def wait_healthy(
-    base_url: str, name: str, timeout_s: float, state: Callable[[], ContainerState], poll_s: float = 0.5
+    url: str, name: str, timeout_s: float, state: Callable[[], ContainerState], poll_s: float = 0.5
 ) -> float:
-    """Seconds until GET /health answered 200. Fails at once when the container exits or the server
-    answers 5xx (the engine died); while the model loads the port refuses connections, so keep waiting."""
-    url = f"{base_url}/health"
+    """Seconds until GET `url` (the health endpoint) answered 200. Fails at once when the container exits
+    or the server answers 5xx (the engine died); while the model loads the port refuses connections, so
+    keep waiting."""
     started = time.monotonic()
     last_error = "no answer yet"
     while time.monotonic() - started < timeout_s:

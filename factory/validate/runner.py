@@ -11,6 +11,7 @@ import docker
 from docker.errors import ImageNotFound
 
 from factory.blueprint import Blueprint
+from factory.catalog.schema import Vendor
 from factory.engine import EngineFacts, connect, engine_facts
 from factory.errors import DockerError
 from factory.plan.models import Deployment, ImagePlan
@@ -28,19 +29,28 @@ class GpuAccess:
     why: str
 
 
-def gpu_access(image: ImagePlan, facts: EngineFacts) -> GpuAccess:
-    if image.vendor == "cpu":
-        return GpuAccess(True, "CPU image: no GPU needed")
-    if image.vendor == "nvidia":
-        if facts.has_nvidia_runtime:
-            return GpuAccess(True, "the engine has the NVIDIA container runtime")
+def gpu_access(vendor: Vendor, facts: EngineFacts) -> GpuAccess:
+    """Whether the engine can give a container this vendor's GPUs, by the check the catalog names."""
+    check = vendor.gpu_check
+    if check is None:
+        return GpuAccess(True, f"{vendor.name}: no GPU needed")
+    if check.runtime:
+        if check.runtime in facts.runtimes:
+            return GpuAccess(True, f"the engine has the {check.runtime} container runtime ({vendor.name})")
+        runtimes = ", ".join(facts.runtimes)
         return GpuAccess(
-            False, f"the engine has no NVIDIA container runtime (runtimes: {', '.join(facts.runtimes)})"
+            False,
+            f"the engine has no {check.runtime} container runtime for {vendor.name} GPUs"
+            f" (runtimes: {runtimes})",
         )
+    assert check.device is not None  # the catalog's GpuCheck names a runtime or a device
     local = os.environ.get("DOCKER_HOST", "unix://").startswith("unix://")
-    if (local and Path("/dev/kfd").exists()) or os.environ.get("FACTORY_AMD_GPUS") == "1":
-        return GpuAccess(True, "/dev/kfd is present")
-    return GpuAccess(False, "no AMD GPU: /dev/kfd is absent (on a remote engine set FACTORY_AMD_GPUS=1)")
+    if (local and Path(check.device).exists()) or (
+        check.remote_env and os.environ.get(check.remote_env) == "1"
+    ):
+        return GpuAccess(True, f"{check.device} is present")
+    remote = f" (on a remote engine set {check.remote_env}=1)" if check.remote_env else ""
+    return GpuAccess(False, f"no {vendor.name} GPU: {check.device} is absent{remote}")
 
 
 def validate_image(
@@ -62,14 +72,15 @@ def validate_image(
     )
     plans = list(blueprint.deployments)
     _static_checks(client, image, plans, report)
-    access = gpu_access(image, facts)
+    access = gpu_access(blueprint.vendor, facts)
     if not access.available:
         for name in ("live:health", "live:models", "live:chat", "live:deterministic"):
             report.skip(name, access.why)
     elif report.passed:
         single = next((plan for plan in plans if plan.nodes == 1), None)
         args = single.roles[0].args if single else []
-        _live_probes(image, args, report, health_timeout_s or image.start_period_s + HEALTH_MARGIN_S)
+        timeout_s = health_timeout_s or image.start_period_s + HEALTH_MARGIN_S
+        _live_probes(blueprint, args, report, timeout_s)
     stem = f"validate-{image.slug}-{image.tag}"
     write_json(report, reports / f"{stem}.json")
     write_junit(report, reports / f"{stem}.xml")
@@ -92,13 +103,14 @@ def _static_checks(
         report.add("static:run-in-image", False, f"a check could not run inside the image: {exc}")
 
 
-def _live_probes(image: ImagePlan, args: list[str], report: ValidationReport, timeout_s: float) -> None:
+def _live_probes(blueprint: Blueprint, args: list[str], report: ValidationReport, timeout_s: float) -> None:
+    image = blueprint.image
     report.gpu_probes_run = True
-    with running(image, args, uuid.uuid4().hex[:12]) as started:
+    with running(image, blueprint.vendor, blueprint.server, args, uuid.uuid4().hex[:12]) as started:
         step = "live:health"
         try:
-            seconds = wait_healthy(started.base_url, started.name, timeout_s, started.state)
-            report.add(step, True, f"GET /health answered 200 after {seconds:.1f} s", seconds)
+            seconds = wait_healthy(started.health_url, started.name, timeout_s, started.state)
+            report.add(step, True, f"GET {started.health_url} answered 200 after {seconds:.1f} s", seconds)
             step = "live:models"
             models = check_models(started.base_url, image.served_model_name)
             report.add(step, True, f"/v1/models lists {models}")

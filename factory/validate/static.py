@@ -10,6 +10,7 @@ from typing import Any
 
 import docker
 
+from factory import image_paths
 from factory.engine import OWNER_LABEL
 from factory.plan.models import SETTINGS, Deployment, ImagePlan
 
@@ -53,7 +54,7 @@ def run_in_image(client: docker.DockerClient, image: str, command: list[str], en
 
 
 def installed_versions(client: docker.DockerClient, image: ImagePlan) -> dict[str, Any]:
-    output = run_in_image(client, image.reference, ["python3", "/usr/local/lib/factory/image_info.py"], {})
+    output = run_in_image(client, image.reference, ["python3", image_paths.IMAGE_INFO], {})
     info: dict[str, Any] = json.loads(output.strip().splitlines()[-1])
     return info
 
@@ -68,7 +69,7 @@ def check_versions(client: docker.DockerClient, image: ImagePlan) -> list[CheckR
             f"installed vLLM {info.get('vllm')}, pinned {image.vllm_version}",
         )
     ]
-    recorded = run_in_image(client, image.reference, ["cat", "/usr/local/lib/factory/versions.json"], {})
+    recorded = run_in_image(client, image.reference, ["cat", image_paths.VERSIONS], {})
     at_build = json.loads(recorded)
     results.append(
         CheckResult(
@@ -78,9 +79,7 @@ def check_versions(client: docker.DockerClient, image: ImagePlan) -> list[CheckR
         )
     )
     if image.install_kind == "vendor-image":
-        base = json.loads(
-            run_in_image(client, image.reference, ["cat", "/usr/local/lib/factory/base-versions.json"], {})
-        )
+        base = json.loads(run_in_image(client, image.reference, ["cat", image_paths.BASE_VERSIONS], {}))
         results.append(
             CheckResult(
                 "vendor-versions-kept",

@@ -1,0 +1,18 @@
+"""Where the factory's own files live inside every image it builds: one home for each path, read by the
+Dockerfile templates, the static checks and the SBOM."""
+
+from __future__ import annotations
+
+LIBRARY = "/usr/local/lib/factory"
+IMAGE_INFO = f"{LIBRARY}/image_info.py"  # records and checks the installed vLLM and torch
+VERSIONS = f"{LIBRARY}/versions.json"  # what our install step left
+BASE_VERSIONS = f"{LIBRARY}/base-versions.json"  # what a vendor base image brought, before our layers
+LAUNCHER = "/usr/local/bin/factory-serve"  # the image's entrypoint
+BUNDLED_MODELS = "/opt/models"  # where an image that carries its model keeps it
+
+TEMPLATE_GLOBALS = {
+    "image_info": IMAGE_INFO,
+    "versions_file": VERSIONS,
+    "base_versions_file": BASE_VERSIONS,
+    "launcher": LAUNCHER,
+}
