@@ -1,45 +1,133 @@
-"""The vLLM recipes repository's schema: models/<org>/<name>.yaml, strategies/*.yaml, taxonomy.yaml.
+"""A model recipe of the vLLM recipes repository (models/<org>/<name>.yaml), as its SCHEMA.md documents it.
 
-No machine-readable schema exists upstream (the site's build script is the only validator), so these
-models follow the repository's files. Sections the factory reads forbid unknown keys, so a typo such as
-`base_arg` fails loudly instead of silently dropping flags.
+No machine-readable schema exists upstream: the site's command synthesis is the only validator. These
+models hold every key the repository documents or its code reads. Sections that shape a command or an
+image forbid unknown keys, so a typo such as `base_arg` fails loudly instead of silently dropping flags.
+`meta` only describes the recipe page: an unknown key there is kept and reported as not used.
+Strategies, KV stores and the taxonomy are in factory.recipes.tree_schema.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from factory.models_base import Open, Strict
+
+# An environment value as YAML writes it: a string, or a number the shell sees as its text.
+EnvValue = str | int | float | bool
+Env = dict[str, EnvValue]
+# A value given once, or per hardware: keyed by exact GPU id, generation, brand (lower case) or `default`.
+HardwareKeyedInt = int | dict[str, int]
 
 
 class ArgsAndEnv(Strict):
     """An override block: flags appended to the serve command and environment variables to set."""
 
     extra_args: list[str] = []
-    extra_env: dict[str, str] = {}
+    extra_env: Env = {}
+
+
+class VariantHardwareOverride(ArgsAndEnv):
+    """A variant's override for a generation (additive) or an exact GPU, which may pin an image."""
+
+    docker_image: str | None = None
+
+
+class PrecisionHardware(Strict):
+    """Overrides the hardware a precision implies (e.g. NVFP4 dequantized to BF16 on Hopper)."""
+
+    brand: str | None = None
+    generation: str | None = None
+
+
+DockerImage = str | dict[str, Any]  # a tag, or a map by brand, or by CUDA flavour (cu129, cu130)
 
 
 class Variant(Strict):
     precision: str
     vram_minimum_gb: float | None = None
     description: str = ""
+    label: str | None = None
     model_id: str | None = None
     extra_args: list[str] = []
-    extra_env: dict[str, str] = {}
-    hardware_overrides: dict[str, ArgsAndEnv] = {}
+    extra_env: Env = {}
+    tp: HardwareKeyedInt | None = None
+    default_modes: dict[str, str] = {}
+    min_vllm_version: str | None = None
+    nightly_required: bool = False
+    hardware_overrides: dict[str, VariantHardwareOverride] = {}
+    precision_hardware: PrecisionHardware | None = None
+    supported_hardware: list[str] = []
+    docker_image: DockerImage | None = None
 
 
 class Dependency(Strict):
-    note: str = ""
     command: str
+    note: str = ""
+    optional: bool = False
+    brand: str | list[str] | None = None  # NVIDIA, AMD, Intel: the entry applies to that brand only
+    install_modes: list[Literal["pip", "docker"]] = ["pip"]
+
+    def brands(self) -> list[str]:
+        if self.brand is None:
+            return []
+        return [self.brand] if isinstance(self.brand, str) else list(self.brand)
+
+
+class FeatureArgs(Strict):
+    """A per-generation replacement of a feature's (or mode's) args; without `args` it replaces nothing."""
+
+    args: list[str] | None = None
+
+
+class Companion(Strict):
+    """A helper process a feature runs beside `vllm serve` on the same node."""
+
+    label: str | None = None
+    description: str = ""
+    command: str
+
+
+class FeatureMode(Strict):
+    """One method of a single-select feature (e.g. one speculative-decoding method)."""
+
+    label: str | None = None
+    description: str = ""
+    args: list[str] = []
+    variants: list[str] = []
+    hardware_overrides: dict[str, FeatureArgs] = {}
+    hardware: dict[str, Literal["unsupported", "supported", "verified"]] = {}
 
 
 class Feature(Strict):
     description: str = ""
-    args: list[str] = []
-    env: dict[str, str] = {}
+    label: str | None = None
+    args: list[str] | None = None
+    hardware_overrides: dict[str, FeatureArgs] = {}
+    modes: dict[str, FeatureMode] | None = None
+    default_mode: str | None = None
+    strategies: list[str] = []
+    companion: Companion | None = None
+
+
+class PipInstall(Strict):
+    command: str | None = None
+    note: str | None = None
+
+
+class InstallSection(Strict):
+    """The recipe page's install block: `false` hides a tab, a map overrides its command or note."""
+
+    pip: PipInstall | Literal[False] | None = None
+    docker: PipInstall | Literal[False] | None = None
+
+
+class DockerSource(Strict):
+    """A checkpoint served from a host path instead of the Hugging Face cache."""
+
+    mount_path: str
 
 
 class ModelSection(Strict):
@@ -49,14 +137,22 @@ class ModelSection(Strict):
         default=None, description="Hugging Face revision (commit) to pin; --trust-remote-code runs its code"
     )
     architecture: str | None = None
-    parameter_count: str | None = None
-    active_parameters: str | None = None
+    parameter_count: str | int | float | None = None
+    active_parameters: str | int | float | None = None
     context_length: int | None = None
     supports_dcp: bool = False
+    nightly_required: bool = False
     base_args: list[str] = []
-    base_env: dict[str, str] = {}
-    docker_image: dict[str, str] = {}
-    install: dict[str, Any] = {}
+    base_env: Env = {}
+    docker_image: DockerImage | None = None
+    docker_source: DockerSource | None = None
+    flashinfer_autotune: bool | None = None
+    install: InstallSection = InstallSection()
+
+    @field_validator("parameter_count", "active_parameters", mode="before")
+    @classmethod
+    def _as_text(cls, value: object) -> object:
+        return str(value) if isinstance(value, int | float) else value
 
 
 class Meta(Open):
@@ -64,15 +160,76 @@ class Meta(Open):
     slug: str | None = None
     provider: str = ""
     description: str = ""
-    hardware: dict[str, str] = {}
+    date_added: Any = None
+    date_updated: Any = None
+    difficulty: str | None = None
+    tasks: list[str] = []
+    performance_headline: str | None = None
+    related_recipes: list[str] = []
+    default_hardware: str | None = None
+    hardware: dict[str, Literal["verified", "unsupported"]] = {}
+    platforms: list[Any] = []
 
 
-class StrategyOverride(Open):
-    """Per-strategy tweaks; `tp` fixes the tensor-parallel size (the Gemma sample sets `tp: 1`)."""
+class PdRoleOverride(Strict):
+    """pd_cluster: one pool's (prefill or decode) parallelism and tweaks."""
 
+    nodes: HardwareKeyedInt | None = None
+    parallelism: Literal["tp", "tep", "dep"] | None = None
     tp: int | None = None
+    parallel_flag: str | None = None
+    vllm_args: list[str] = []
     extra_args: list[str] = []
-    env: dict[str, str] = {}
+    env: Env = {}
+    hardware_overrides: dict[str, ArgsAndEnv] = {}
+
+
+class RouterOverride(Strict):
+    intra_node_data_parallel_size: int | None = None
+
+
+class StrategyOverride(Strict):
+    """A recipe's tweaks for one strategy: its TP, flags, environment and hardware overrides."""
+
+    tp: HardwareKeyedInt | None = None
+    extra_args: list[str] = []
+    vllm_args: list[str] = []
+    env: Env = {}
+    extra_env: Env = {}
+    hardware_overrides: dict[str, ArgsAndEnv] = {}
+    prefill: PdRoleOverride | None = None
+    decode: PdRoleOverride | None = None
+    router: RouterOverride | None = None
+    pool_modes: list[Literal["tp", "tep", "dep"]] = []
+
+
+class OmniTaskOverride(Strict):
+    extra_args: list[str] = []
+    curl: str | None = None
+    vram_minimum_gb: float | None = None
+
+
+class OmniTask(Strict):
+    id: str
+    key: str | None = None
+    label: str | None = None
+    model_id: str | None = None
+    vram_minimum_gb: float | None = None
+    description: str = ""
+    extra_args: list[str] = []
+    curl: str | None = None
+    endpoint: str | None = None
+    hardware_overrides: dict[str, OmniTaskOverride] = {}
+
+
+class Omni(Strict):
+    """vllm-omni serving: one `vllm serve --omni` per task (t2i, i2v, ...)."""
+
+    serve_binary: str | None = None
+    port: int | None = None
+    task_label: str | None = None
+    task_hint: str | None = None
+    tasks: list[str | OmniTask] = []
 
 
 class Recipe(Strict):
@@ -83,43 +240,40 @@ class Recipe(Strict):
     opt_in_features: list[str] = []
     hardware_opt_in_features: dict[str, list[str]] = {}
     variants: dict[str, Variant]
-    compatible_strategies: list[str]
+    compatible_strategies: list[str] = []
+    default_strategy: str | None = None
+    strategy_min_gpus: int | dict[str, int | dict[str, int]] | None = None
+    strategy_hardware: dict[str, dict[str, Literal["supported", "unsupported"]]] = {}
+    kv_cache_strategy_hardware: dict[str, dict[str, Literal["supported", "unsupported"]]] = {}
+    kv_offload_support: dict[str, Literal["verified", "unsupported"]] = {}
     hardware_overrides: dict[str, ArgsAndEnv] = {}
     strategy_overrides: dict[str, StrategyOverride] = {}
+    omni: Omni | None = None
     guide: str = ""
 
-
-class HardwareMatch(Open):
-    min_gpus: int = 1
-    max_gpus: int | None = None
-    multi_node: bool = False
-    architecture: str | None = None
+    @property
+    def is_omni(self) -> bool:
+        return "omni" in self.meta.tasks
 
 
-class Strategy(Open):
-    name: str
-    deploy_type: Literal["single_node", "multi_node", "pd_cluster"]
-    display_name: str = ""
-    description: str = ""
-    hardware_match: HardwareMatch = HardwareMatch()
-    vllm_args: list[str] = []
-    parallel_flag: str
-    parallelism: str | None = None
-    env: dict[str, str] = {}
-
-
-class HardwareProfile(Open):
-    brand: str
-    generation: str
-    display_name: str = ""
-    description: str = ""
-    gpu_count: int
-    vram_gb: float
-    multi_node: bool = False
-    scalable: bool = True
-    restricted: bool = False
-
-
-class Taxonomy(Open):
-    hardware_profiles: dict[str, HardwareProfile]
-    strategies: list[str] = []
+# Keys the factory reads but does not use, with why: `factory show` lists those a recipe sets.
+NOT_USED: dict[str, str] = {
+    "guide": "prose for the recipe page",
+    "meta.title": "page text",
+    "meta.description": "page text",
+    "meta.performance_headline": "page text",
+    "meta.related_recipes": "page links",
+    "meta.date_added": "page ordering",
+    "meta.date_updated": "page ordering",
+    "meta.difficulty": "page badge",
+    "meta.provider": "page text",
+    "meta.platforms": "third-party hosting links on the page",
+    "meta.default_hardware": "the page's first hardware pill; the factory renders every hardware",
+    "model.install": "the page's install tab text; images install the locked vLLM",
+    "model.docker_image": "upstream's prebuilt image; the factory builds its own",
+    "model.flashinfer_autotune": "a page hint; the flags themselves are in base_args",
+    "model.supports_dcp": "a page badge; the DCP flags are a feature's args",
+    "kv_cache_strategy_hardware": "Mooncake KV-store deployments are not generated yet",
+    "kv_offload_support": "KV-offload options are a page row, not a default of any rendering",
+    "dependencies": "extra installs on the page; images install vLLM from the lock (see factory show)",
+}
