@@ -1,31 +1,28 @@
 """Blueprints: each image finished once, for every later stage to read and none to recompute.
 
-A Blueprint holds an image's plan with its inputs hash, every deployment of it (each strategy, each
-node), every file `factory generate` writes for it, and what the preflight says about it. generate,
-build, validate, publish and show take blueprints; none of them plans or hashes again.
+A Blueprint holds an image's plan with its inputs hash, every deployment of it (each strategy, each node,
+each PD pool), every file `factory generate` writes for it, and what the preflight says about it.
+generate, build, validate, publish, show and renderings take blueprints; none of them plans or hashes
+again. A recipe that cannot be planned is that recipe's problem alone: the others are planned as usual.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from factory.catalog.schema import Server, Vendor
-from factory.errors import InputError, RefusedError
-from factory.plan.deployments import (
-    DEFAULT_NODES,
-    default_nodes,
-    hardware_targets,
-    plan_deployment,
-    plan_deployments,
-)
-from factory.plan.images import plan_image_spec
+from factory.errors import FactoryError, InputError
+from factory.plan.deployments import PlannedCommands, common_env, default_command, plan_commands
+from factory.plan.images import plan_image_spec, weights_of
 from factory.plan.models import Deployment, ImagePlan, Skipped
+from factory.plan.omni import plan_omni
 from factory.plan.pins import pinned_vllm
 from factory.plan.preflight import Finding, preflight
 from factory.project import Project
-from factory.recipes.loader import LoadedRecipe
+from factory.recipes.loader import LoadedRecipe, RecipeProblem
 from factory.render.hashing import hashed_context
-from factory.render.outputs import OutputFile, bake_output, compose_outputs
+from factory.render.outputs import OutputFile, compose_outputs
+from factory.synthesis.matrix import Combination, Refusal, combinations, hardware_for
 
 
 @dataclass(frozen=True)
@@ -34,10 +31,10 @@ class Blueprint:
     vendor: Vendor  # what a container needs to see this image's GPUs
     server: Server  # the API port and health check every image serves with
     deployments: tuple[Deployment, ...]
-    image_files: tuple[OutputFile, ...]  # the build context under images/
+    image_files: tuple[OutputFile, ...]  # the build context under images/ (none when unbuildable)
     compose_files: tuple[OutputFile, ...]  # every deployment's files under compose/
     findings: tuple[Finding, ...]
-    skipped: tuple[Skipped, ...]  # strategies of the recipe that do not fit this hardware, with why
+    notes: tuple[str, ...]  # what the recipe sets that the factory does not use, with why
 
     def deployment(self, strategy: str, nodes: int | None = None) -> Deployment:
         for deployment in self.deployments:
@@ -51,72 +48,190 @@ class Blueprint:
             valid=sorted({d.strategy for d in self.deployments}),
         )
 
+    @property
+    def files(self) -> tuple[OutputFile, ...]:
+        return self.image_files + self.compose_files
+
+
+@dataclass(frozen=True)
+class RecipePlan:
+    """One recipe's blueprints and what it leaves out, or why it could not be planned at all."""
+
+    loaded: LoadedRecipe
+    images: tuple[Blueprint, ...] = ()
+    skipped: tuple[Skipped, ...] = ()
+
 
 @dataclass(frozen=True)
 class Blueprints:
-    """Everything the project's recipes and catalog define, and what they leave out with why."""
+    """Everything a recipes tree and the catalog define, what they leave out, and which recipes failed."""
 
-    images: tuple[Blueprint, ...]
-    skipped: tuple[Skipped, ...]
+    recipes: tuple[RecipePlan, ...]
+    problems: tuple[RecipeProblem, ...]
+
+    @property
+    def images(self) -> list[Blueprint]:
+        return [blueprint for plan in self.recipes for blueprint in plan.images]
+
+    @property
+    def skipped(self) -> list[Skipped]:
+        return [skipped for plan in self.recipes for skipped in plan.skipped]
 
     @property
     def deployments(self) -> list[Deployment]:
         return [deployment for blueprint in self.images for deployment in blueprint.deployments]
 
     def files(self) -> list[OutputFile]:
-        files = [file for blueprint in self.images for file in blueprint.image_files]
-        files.append(bake_output([blueprint.image for blueprint in self.images]))
-        files += [file for blueprint in self.images for file in blueprint.compose_files]
-        return files
+        """Every image's and every deployment's files (the bake file and manifest are generate's)."""
+        return [file for blueprint in self.images for file in blueprint.files]
 
 
-def finish(project: Project, loaded: LoadedRecipe, hardware: str, variant: str, nodes: int) -> Blueprint:
-    """Plan one image and everything that follows from it, once."""
-    server = project.catalog.server
-    image, image_files = hashed_context(
-        project.root, plan_image_spec(project, loaded, hardware, variant), server
-    )
-    deployments, skipped = plan_deployments(project, image, nodes)
-    return Blueprint(
-        image=image,
-        vendor=project.catalog.vendors[image.vendor],
-        server=server,
-        deployments=tuple(deployments),
-        image_files=tuple(image_files),
-        compose_files=tuple(file for d in deployments for file in compose_outputs(d, server)),
-        findings=tuple(preflight(project, image)),
-        skipped=tuple(skipped),
-    )
+def plan_project(project: Project, nodes: int | None = None) -> Blueprints:
+    """Plan every recipe of the tree; a recipe that fails is recorded, and the rest go on."""
+    plans, problems = [], list(project.tree.problems)
+    for loaded in project.tree.recipes.values():
+        try:
+            plans.append(plan_recipe(project, loaded, nodes))
+        except FactoryError as exc:
+            problems.append(RecipeProblem(loaded.path, loaded.recipe_id, exc))
+    return Blueprints(tuple(plans), tuple(problems))
 
 
-def plan_project(project: Project, nodes: int = DEFAULT_NODES) -> Blueprints:
+def plan_recipe(project: Project, loaded: LoadedRecipe, nodes: int | None = None) -> RecipePlan:
+    """Every image of one recipe (variant x hardware) with its deployments, and what is left out."""
+    recipe, tree = loaded.recipe, project.tree
+    version = pinned_vllm(loaded, project.catalog)
     images: list[Blueprint] = []
     skipped: list[Skipped] = []
-    for loaded in project.tree.recipes.values():
-        pinned_vllm(loaded, project.catalog)  # a bad pin fails the whole run, before anything is written
-        hardware_names, unbuildable = hardware_targets(project, loaded)
-        skipped.extend(unbuildable)
-        for hardware in hardware_names:
-            for variant in loaded.recipe.variants:
-                try:
-                    blueprint = finish(project, loaded, hardware, variant, nodes)
-                except RefusedError as exc:
-                    skipped.append(
-                        Skipped(what=f"{loaded.model_id} on {hardware} ({variant})", reason=str(exc))
-                    )
-                    continue
-                images.append(blueprint)
-                skipped.extend(blueprint.skipped)
-    return Blueprints(tuple(images), tuple(skipped))
+    only = project.catalog.only_hardware.get(loaded.recipe_id)
+    for variant in recipe.variants:
+        model = recipe.variants[variant].model_id or recipe.model.model_id
+        for hardware in hardware_for(recipe, variant, tree.taxonomy):
+            if only is not None and hardware not in only:
+                continue
+            if recipe.is_omni:
+                combos: list[Combination] = []
+                refusals: list[Refusal] = []
+            else:
+                combos, refusals = combinations(recipe, variant, hardware, tree.strategies, tree.taxonomy)
+            base = {"recipe": loaded.recipe_id, "model": model, "variant": variant, "hardware": hardware}
+            skipped += [Skipped(**base, strategy=r.strategy, reason=r.reason) for r in refusals]
+            combos, too_few = _with_nodes(combos, nodes)
+            skipped += [Skipped(**base, strategy=c.strategy, reason=why) for c, why in too_few]
+            if hardware not in project.catalog.hardware:
+                profile = tree.taxonomy.hardware_profiles[hardware]
+                why = f"the factory cannot build for {profile.brand} {profile.gen} hardware: no catalog entry"
+                skipped += [Skipped(**base, strategy=c.strategy, reason=why) for c in combos] or [
+                    Skipped(**base, reason=why)
+                ]
+                continue
+            if combos or recipe.is_omni:
+                images.append(finish(project, loaded, variant, hardware, combos, version))
+    return RecipePlan(loaded, tuple(images), tuple(skipped))
 
 
-def select(
-    project: Project, model: str, hardware: str, variant: str | None = None, nodes: int = DEFAULT_NODES
-) -> list[Blueprint]:
-    """The blueprints of one recipe on one hardware: one variant, or every variant of the recipe."""
+def _with_nodes(
+    combos: list[Combination], nodes: int | None
+) -> tuple[list[Combination], list[tuple[Combination, str]]]:
+    """With --nodes N, multi-node deployments render on N nodes, unless the recipe's GPU floor needs more."""
+    if nodes is None:
+        return combos, []
+    kept, refused = [], []
+    for combo in combos:
+        if combo.node_count < 2 or combo.pd_nodes is not None:
+            kept.append(combo)
+        elif nodes < combo.node_count:
+            refused.append(
+                (combo, f"needs {combo.node_count} nodes (strategy_min_gpus); --nodes gave {nodes}")
+            )
+        else:
+            kept.append(replace(combo, node_count=nodes))
+    return kept, refused
+
+
+def finish(
+    project: Project,
+    loaded: LoadedRecipe,
+    variant: str,
+    hardware: str,
+    combos: list[Combination],
+    version: str | None,
+) -> Blueprint:
+    """Plan one image and everything that follows from it, once."""
+    model = loaded.recipe.variants[variant].model_id or loaded.recipe.model.model_id
+    weights, _ = weights_of(project, loaded, model)
+    if loaded.recipe.is_omni:
+        planned = plan_omni(project, loaded, variant, hardware, weights)
+    else:
+        planned = [plan_commands(project, loaded, combo, version, weights) for combo in combos]
+    spec = plan_image_spec(
+        project, loaded, variant, hardware, version, default_command(planned, weights), common_env(planned)
+    )
+    if loaded.recipe.is_omni:
+        why = "vllm-omni serving: the factory's images install vLLM without vllm-omni"
+        spec = spec.model_copy(update={"install": None, "unbuildable": why})
+    server = project.catalog.server
+    image, image_files = hashed_context(spec, server, loaded.bundled_model_dir)
+    vendor = project.catalog.vendors[image.vendor]
+    deployments = tuple(_deployment(project, image, vendor, p) for p in planned)
+    return Blueprint(
+        image=image,
+        vendor=vendor,
+        server=server,
+        deployments=deployments,
+        image_files=tuple(image_files),
+        compose_files=tuple(file for d in deployments for file in compose_outputs(d, server)),
+        findings=tuple(preflight(project, image, [role for d in deployments for role in d.roles])),
+        notes=loaded.notes,
+    )
+
+
+def _deployment(project: Project, image: ImagePlan, vendor: Vendor, planned: PlannedCommands) -> Deployment:
+    combo = planned.combination
+    strategy = project.tree.strategies.get(combo.strategy)
+    return Deployment(
+        image=image,
+        strategy=combo.strategy,
+        strategy_title=(strategy.display_name if strategy else "") or combo.strategy,
+        deploy_type=planned.deploy_type,
+        nodes=combo.node_count,
+        roles=list(planned.roles),
+        host_network=planned.deploy_type != "single_node",
+        vendor=vendor,
+        deviations=list(planned.deviations),
+        recommended=combo.recommended,
+    )
+
+
+def select(project: Project, model: str, hardware: str, variant: str | None = None) -> list[Blueprint]:
+    """The blueprints of one recipe on one hardware: one variant, or every variant it has there."""
     loaded = project.tree.recipe(model)
-    variants = [variant] if variant else list(loaded.recipe.variants)
-    return [finish(project, loaded, hardware, name, nodes) for name in variants]
+    if hardware not in project.catalog.hardware:
+        raise InputError(
+            "unknown hardware", field="--hardware", value=hardware, valid=project.catalog.hardware
+        )
+    if variant is not None and variant not in loaded.recipe.variants:
+        raise InputError(
+            "unknown variant",
+            file=loaded.path,
+            field="--variant",
+            value=variant,
+            valid=loaded.recipe.variants,
+        )
+    found = [
+        blueprint
+        for blueprint in plan_recipe(project, loaded).images
+        if blueprint.image.hardware == hardware and variant in (None, blueprint.image.variant)
+    ]
+    if not found:
+        skipped = [s.reason for s in plan_recipe(project, loaded).skipped if s.hardware == hardware]
+        why = skipped[0] if skipped else "the recipe renders nothing on it"
+        raise InputError(
+            f"{loaded.recipe_id} has no image for this hardware: {why}",
+            field="--hardware",
+            value=hardware,
+        )
+    return found
 
 
 def choose_deployment(
@@ -127,16 +242,16 @@ def choose_deployment(
     variant: str | None = None,
     nodes: int | None = None,
 ) -> tuple[Blueprint, Deployment]:
-    """One deployment, as `factory show` prints it: the recipe's first variant and first strategy unless
-    told otherwise, on one node for a single-node strategy and DEFAULT_NODES for a multi-node one."""
+    """One deployment, as `factory show` prints it: the recommended one unless told otherwise."""
     loaded = project.tree.recipe(model)
     variant = variant or next(iter(loaded.recipe.variants))
-    strategy = strategy or loaded.recipe.compatible_strategies[0]
-    known = strategy in project.tree.strategies
-    count = nodes if nodes is not None else (default_nodes(project, strategy) if known else 1)
-    blueprint = finish(project, loaded, hardware, variant, count if count > 1 else DEFAULT_NODES)
-    for deployment in blueprint.deployments:
-        if deployment.strategy == strategy and deployment.nodes == count:
-            return blueprint, deployment
-    # Not among the blueprint's deployments: plan it alone, which names what is wrong with the request.
-    return blueprint, plan_deployment(project, blueprint.image, strategy, count)
+    blueprint = select(project, model, hardware, variant)[0]
+    if strategy is None:
+        chosen = next((d for d in blueprint.deployments if d.recommended), blueprint.deployments[0])
+        strategy = chosen.strategy
+    if nodes is not None:
+        override = plan_recipe(project, loaded, nodes)
+        for candidate in override.images:
+            if candidate.image.hardware == hardware and candidate.image.variant == variant:
+                blueprint = candidate
+    return blueprint, blueprint.deployment(strategy)

@@ -6,14 +6,14 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from factory.errors import FactoryError
-from factory.plan.deployments import DEFAULT_NODES
 from factory.project import Project, find_root, load_project
 
 if TYPE_CHECKING:
     from factory.blueprint import Blueprint
+    from factory.recipes.loader import RecipeProblem
 
 
 def say(line: str) -> None:
@@ -28,22 +28,49 @@ def cmd_generate(project: Project, args: argparse.Namespace) -> int:
     from factory.generate import generate
 
     result = generate(project, check=args.check, nodes=args.nodes)
-    for skipped in result.blueprints.skipped:
-        warn(f"skipped: {skipped.what}: {skipped.reason}")
-    # One line per finding, naming every image it concerns, rather than one per image.
-    affected: dict[str, list[str]] = {}
-    for blueprint in result.blueprints.images:
-        for finding in blueprint.findings:
-            affected.setdefault(str(finding), []).append(f"{blueprint.image.slug}:{blueprint.image.tag}")
-    for finding_text, images in affected.items():
-        warn(f"{finding_text}\n  images: {', '.join(images)}")
+    if args.verbose:
+        for skipped in result.blueprints.skipped:
+            warn(f"skipped: {skipped.what}: {skipped.reason}")
+        # One line per finding, naming every image it concerns, rather than one per image.
+        affected: dict[str, list[str]] = {}
+        for blueprint in result.blueprints.images:
+            for finding in blueprint.findings:
+                affected.setdefault(str(finding), []).append(f"{blueprint.image.slug}:{blueprint.image.tag}")
+        for finding_text, images in affected.items():
+            warn(f"{finding_text}\n  images: {', '.join(images)}")
+    elif result.blueprints.skipped:
+        warn(f"{len(result.blueprints.skipped)} combinations skipped, each with its reason (-v lists them)")
+    status = _report_problems(result.blueprints.problems)
+    if result.kept:
+        warn(f"kept {len(result.kept)} files of the recipes above as they were")
     if result.stale:
         warn("generated files are stale; run `factory generate` (or `nox -s generate`):")
-        for problem in result.stale:
+        for problem in result.stale[:200]:
             warn(f"  {problem}")
+        if len(result.stale) > 200:
+            warn(f"  ... and {len(result.stale) - 200} more")
         return 1
     say(result.summary)
-    return 0
+    return status
+
+
+def _report_problems(problems: Sequence[RecipeProblem]) -> int:
+    """One line per recipe that could not be planned; non-zero when there is any."""
+    for problem in problems:
+        warn(f"bad recipe: {problem.one_line()}")
+    return 1 if problems else 0
+
+
+def cmd_renderings(project: Project, args: argparse.Namespace) -> int:
+    import json
+
+    from factory.blueprint import plan_project
+    from factory.renderings import all_renderings
+
+    blueprints = plan_project(project, args.nodes)
+    for line in all_renderings(blueprints):
+        sys.stdout.write(json.dumps(line, ensure_ascii=False) + "\n")
+    return 1 if blueprints.problems else 0
 
 
 def cmd_show(project: Project, args: argparse.Namespace) -> int:
@@ -53,18 +80,26 @@ def cmd_show(project: Project, args: argparse.Namespace) -> int:
     blueprint, deployment = choose_deployment(
         project, args.model, args.hardware, args.strategy, args.variant, args.nodes
     )
-    findings = [str(finding) for finding in blueprint.findings]
-    print(render_show(deployment, findings, project.catalog.server), end="")
+    if args.json:
+        import json
+
+        from factory.renderings import rendering
+
+        say(json.dumps(rendering(blueprint, deployment), ensure_ascii=False))
+        return 0
+    print(render_show(blueprint, deployment), end="")
     return 0
 
 
 def cmd_list(project: Project, args: argparse.Namespace) -> int:
     from factory.blueprint import plan_project
 
-    for blueprint in plan_project(project).images:
+    blueprints = plan_project(project)
+    for blueprint in blueprints.images:
         image = blueprint.image
-        say(f"{image.reference}\t{image.platform}\t{image.directory}")
-    return 0
+        where = image.directory if image.install else f"not built: {image.unbuildable}"
+        say(f"{image.reference}\t{image.platform}\t{where}")
+    return _report_problems(blueprints.problems)
 
 
 def cmd_testbench_settings(project: Project, args: argparse.Namespace) -> int:
@@ -173,7 +208,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--root", type=Path, help="the project folder (default: found from the current folder)"
     )
+    # Every command reads a recipes tree and finds generated files: --recipes and --out go on each.
+    tree = argparse.ArgumentParser(add_help=False)
+    tree.add_argument(
+        "--recipes",
+        type=Path,
+        help="a recipes tree, e.g. a checkout of the upstream recipes repository "
+        "(default: FACTORY_RECIPES, else the project's recipes/)",
+    )
+    tree.add_argument("--out", type=Path, help="where images/ and compose/ are (default: the project folder)")
     sub = parser.add_subparsers(dest="command", required=True)
+    original = sub.add_parser
+
+    def add_parser(name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        return original(name, parents=[tree], **kwargs)
+
+    sub.add_parser = add_parser  # type: ignore[method-assign]
 
     gen = sub.add_parser("generate", help="write images/ and compose/ from the recipes and the catalog")
     gen.add_argument(
@@ -182,10 +232,19 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument(
         "--nodes",
         type=int,
-        default=DEFAULT_NODES,
-        help=f"node count for multi-node strategies (default {DEFAULT_NODES})",
+        help="node count for multi-node strategies (default: 2, or what the recipe's GPU floor needs)",
+    )
+    gen.add_argument(
+        "-v", "--verbose", action="store_true", help="list every skipped combination and finding"
     )
     gen.set_defaults(func=cmd_generate)
+
+    rend = sub.add_parser(
+        "renderings", help="print every deployment's commands as JSON lines (the upstream JSON API's shape)"
+    )
+    rend.add_argument("--json", action="store_true", help="JSON lines (the only format; for clarity)")
+    rend.add_argument("--nodes", type=int, help="node count for multi-node strategies")
+    rend.set_defaults(func=cmd_renderings)
 
     show = sub.add_parser("show", help="print install, serve, docker run and compose for one configuration")
     show.add_argument("model", help="model id, e.g. moonshotai/Kimi-Linear-48B-A3B-Instruct")
@@ -193,6 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--strategy")
     show.add_argument("--variant")
     show.add_argument("--nodes", type=int)
+    show.add_argument("--json", action="store_true", help="print the rendering as one JSON object")
     show.set_defaults(func=cmd_show)
 
     lst = sub.add_parser("list", help="list every image the recipes and catalog define")
@@ -280,7 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         root = args.root or find_root(Path.cwd())
-        project = load_project(root)
+        project = load_project(root, getattr(args, "recipes", None), getattr(args, "out", None))
         result: int = args.func(project, args)
         return result
     except FactoryError as exc:

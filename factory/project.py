@@ -1,7 +1,13 @@
-"""The project's layout: where recipes, catalog and generated output live, loaded once."""
+"""The project: a recipes tree, the factory's catalog, and the folder generated files go to.
+
+By default all three are the project's own (recipes/, catalog/, and images/ and compose/ beside them).
+`--recipes DIR` (or FACTORY_RECIPES) reads another tree, such as a checkout of the upstream recipes
+repository, and `--out DIR` writes its images and compose files elsewhere.
+"""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,19 +19,31 @@ from factory.recipes.loader import RecipeTree, load_tree
 
 @dataclass(frozen=True)
 class Project:
-    root: Path
+    root: Path  # the factory project: its catalog/ (and, by default, its recipes/)
     tree: RecipeTree
     catalog: Catalog
+    out: Path  # where images/ and compose/ are generated
 
     @property
     def catalog_path(self) -> Path:
         return self.root / "catalog" / "hardware.yaml"
 
     def relative(self, path: Path) -> str:
-        try:
-            return path.resolve().relative_to(self.root.resolve()).as_posix()
-        except ValueError:
-            return path.as_posix()
+        """A path as generated files name it: from the project root, else from the recipes tree's root
+        (so files generated from a checkout elsewhere do not carry this machine's paths)."""
+        for base in (self.root, self.tree.root):
+            try:
+                return path.resolve().relative_to(base.resolve()).as_posix()
+            except ValueError:
+                continue
+        return path.name
+
+    def source(self, relative: str) -> Path:
+        """The file or folder a `relative()` path names."""
+        for base in (self.root, self.tree.root):
+            if (base / relative).exists():
+                return base / relative
+        return self.root / relative
 
 
 def find_root(start: Path) -> Path:
@@ -40,5 +58,9 @@ def find_root(start: Path) -> Path:
     )
 
 
-def load_project(root: Path) -> Project:
-    return Project(root, load_tree(root / "recipes"), load_catalog(root / "catalog" / "hardware.yaml"))
+def load_project(root: Path, recipes: Path | None = None, out: Path | None = None) -> Project:
+    """The project at `root`: recipes from `recipes` (else FACTORY_RECIPES, else root/recipes), output to
+    `out` (else root)."""
+    chosen = recipes or (Path(os.environ["FACTORY_RECIPES"]) if os.environ.get("FACTORY_RECIPES") else None)
+    tree = load_tree(chosen or root / "recipes")
+    return Project(root, tree, load_catalog(root / "catalog" / "hardware.yaml"), out or root)

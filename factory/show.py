@@ -1,82 +1,92 @@
-"""`factory show`: the commands a recipe page prints, for one model, hardware, strategy and node count."""
+"""`factory show`: what a recipe page prints for one deployment, and what the factory adds to it: the install
+the image runs, each process's `vllm serve` (or router) command and `docker run`, the compose files, the
+settings they need, where the commands deliberately differ from the site's, and what the recipe sets that
+the factory does not use."""
 
 from __future__ import annotations
 
 import shlex
 
+from factory.blueprint import Blueprint
 from factory.catalog.schema import Server
 from factory.plan.models import Deployment, ImagePlan, NodeRole
-from factory.serve_args import split_flags
+from factory.plan.settings import PLACEHOLDER, setting
+from factory.synthesis.args import units
 
 
 def install_commands(image: ImagePlan) -> list[str]:
-    if image.install_kind == "vendor-image":
-        return [f"docker pull {image.base_image}  # vLLM {image.vllm_version} preinstalled"]
-    if image.package == "vllm":
-        # As the recipe pages print it: uv picks the torch build for the machine's driver.
-        return [f"uv pip install vllm=={image.vllm_version} --torch-backend auto"]
-    extra = f" --extra-index-url {image.extra_index_url}" if image.extra_index_url else ""
-    return [f"pip install {' '.join(image.pip_requirements)}{extra}"]
+    """What the image's Dockerfile runs to install vLLM (or why the factory builds no image here)."""
+    install = image.install
+    if install is None:
+        return [f"# no image: {image.unbuildable}"]
+    if install.kind == "vendor-image":
+        return [f"docker pull {install.base_image}  # vLLM {image.vllm_version} preinstalled"]
+    extra = f" --extra-index-url {install.extra_index_url}" if install.extra_index_url else ""
+    lines = [f"pip install {' '.join(image.pip_requirements)}{extra}"]
+    if install.remove_packages:
+        lines.append(
+            f"pip uninstall -y {' '.join(install.remove_packages)}  # {install.remove_packages_reason}"
+        )
+    return lines
 
 
 def _quote(arg: str) -> str:
-    """Shell-quote, but leave ${SETTING} placeholders expandable."""
-    return f'"{arg}"' if arg.startswith("${") else shlex.quote(arg)
+    """Shell-quote, but leave a whole-token $SETTING expandable, as the recipe pages print it."""
+    return arg if PLACEHOLDER.fullmatch(arg) else shlex.quote(arg)
 
 
 def _lines(words: list[str]) -> str:
     return " \\\n  ".join(words)
 
 
-def serve_command(plan: Deployment, role: NodeRole) -> str:
-    image = plan.image
-    args = list(image.entrypoint_args)
-    model = args[1]  # entrypoint args start with --model <weights>
-    rest = args[2:] + role.args
-    exports = [f"export {k}={_quote(v)}" for k, v in {**image.env, **plan.env}.items()]
-    words = ["vllm serve " + shlex.quote(model), *_pairs(rest)]
-    return "\n".join([*exports, _lines(words)])
+def _pairs(args: list[str]) -> list[str]:
+    """One flag with its value per line, as the recipe pages print them."""
+    return [" ".join(_quote(token) for token in unit.tokens()) for unit in units(args)]
+
+
+def serve_command(role: NodeRole) -> str:
+    exports = [f"export {key}={_quote(value)}" for key, value in role.env.items()]
+    program = "vllm serve " + _quote(role.args[0]) if role.program == "vllm" else "vllm-router"
+    rest = role.args[1:] if role.program == "vllm" else role.args
+    return "\n".join([*exports, _lines([program, *_pairs(rest)])])
 
 
 def docker_run(plan: Deployment, role: NodeRole, server: Server) -> str:
-    image = plan.image
-    port = server.port
-    network = ["--network", "host"] if plan.host_network else ["-p", f"127.0.0.1:{port}:{port}"]
-    env = [f"-e {k}={_quote(v)}" for k, v in plan.env.items()]
+    if role.program != "vllm":
+        return (
+            "# the router runs outside the factory's images: pip install vllm-router, then the command above"
+        )
+    port = role.port or server.port
+    network = ["--network host"] if plan.host_network else [f"-p 127.0.0.1:{port}:{port}"]
     head = [
         "docker run --rm",
         *(_quote(flag) for flag in plan.vendor.docker_run_flags()),
         "--ipc=host",
         *network,
-        *env,
+        *(f"-e {key}={_quote(value)}" for key, value in role.env.items()),
         "-v ~/.cache/huggingface:/root/.cache/huggingface",
         "-e HF_TOKEN",
-        image.reference,
+        plan.image.reference,
     ]
     return _lines([" ".join(head), *_pairs(role.args)])
 
 
-def _pairs(args: list[str]) -> list[str]:
-    """One flag with its values per line, as the recipe pages print them."""
-    return [" ".join(_quote(token) for token in flag.tokens()) for flag in split_flags(args, "show")]
-
-
-def render_show(plan: Deployment, findings: list[str], server: Server) -> str:
-    image = plan.image
+def render_show(blueprint: Blueprint, plan: Deployment) -> str:
+    image, server = blueprint.image, blueprint.server
     out = [
         f"# {image.model_id} on {image.hardware_name}",
         f"Configuration: hardware `{image.hardware}` · strategy `{plan.strategy}` ({plan.strategy_title}) · "
-        f"variant `{image.variant}` · nodes {plan.nodes} · vLLM {image.vllm_version}",
+        f"variant `{image.variant}` · nodes {plan.nodes} · vLLM {image.vllm_version or 'unresolved'}",
         "",
-        "## Install",
+        "## Install (what the image runs)",
         *install_commands(image),
         "",
     ]
     for role in plan.roles:
-        title = "" if plan.nodes == 1 else f" — {plan.role_title(role)}"
+        title = "" if len(plan.roles) == 1 else f" — {plan.role_title(role)}"
         out += [
             f"## Serve{title}",
-            serve_command(plan, role),
+            serve_command(role),
             "",
             f"## Docker{title}",
             docker_run(plan, role, server),
@@ -84,7 +94,13 @@ def render_show(plan: Deployment, findings: list[str], server: Server) -> str:
         ]
     out += ["## Compose", *(f"{plan.directory / plan.file_name(role)}" for role in plan.roles)]
     if plan.settings_used:
-        out.append(f"{plan.directory / '.env.example'}  (settings: {', '.join(plan.settings_used)})")
-    if findings:
-        out += ["", "## Preflight", *findings]
+        out += ["", f"## Settings ({plan.directory / '.env.example'})"]
+        out += [f"{name}={setting(name).default or ''}  # {setting(name).why}" for name in plan.settings_used]
+    if plan.deviations:
+        out += ["", "## Where these commands differ from the recipes site"]
+        out += [f"{d.flag}: {d.reason}" for d in plan.deviations]
+    if blueprint.findings:
+        out += ["", "## Preflight", *(str(finding) for finding in blueprint.findings)]
+    if blueprint.notes:
+        out += ["", "## Not used by the factory", *blueprint.notes]
     return "\n".join(out) + "\n"

@@ -30,7 +30,8 @@ class _Loader(_BaseLoader):  # type: ignore[misc]
                 raise yaml.constructor.ConstructorError(
                     None,
                     None,
-                    f"the key {key!r} appears twice in one mapping (first at line {seen[key].start_mark.line + 1})",
+                    f"the key {key!r} appears twice in one mapping"
+                    f" (first at line {seen[key].start_mark.line + 1})",
                     key_node.start_mark,
                 )
             seen[key] = key_node
@@ -44,7 +45,7 @@ def read_yaml(path: Path) -> Any:
         why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
         raise InputError(f"cannot read the file: {why}", file=path) from exc
     try:
-        return yaml.load(text, Loader=_Loader)  # noqa: S506 (a safe loader)
+        return yaml.load(text, Loader=_Loader)  # a safe loader (SafeLoader underneath)
     except RecursionError:
         raise InputError("malformed YAML: nested too deeply", file=path) from None
     except yaml.YAMLError as exc:

@@ -8,8 +8,10 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
@@ -33,6 +35,38 @@ def project() -> Project:
 def blueprint_of(project: Project, model: str, hardware: str, variant: str = "default") -> Blueprint:
     """The finished plan of one image, as every command gets it."""
     return select(project, model, hardware, variant)[0]
+
+
+def recipes_tree(folder: Path, recipes: dict[str, dict[str, Any]]) -> Path:
+    """A recipes tree in the upstream layout: the project's strategies and taxonomy, and these recipes
+    ({"org/name": recipe as data}), for tests that need a recipe of their own."""
+    shutil.copytree(ROOT / "recipes" / "strategies", folder / "strategies")
+    shutil.copy(ROOT / "recipes" / "taxonomy.yaml", folder / "taxonomy.yaml")
+    for recipe_id, data in recipes.items():
+        path = folder / "models" / f"{recipe_id}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return folder
+
+
+def small_recipe(**changes: Any) -> dict[str, Any]:
+    """A minimal valid recipe (a dense 8B model), with top-level sections replaced by `changes`."""
+    recipe: dict[str, Any] = {
+        "meta": {"title": "Small", "slug": "small", "hardware": {}},
+        "model": {
+            "model_id": "acme/Small-8B",
+            "min_vllm_version": "0.11.2",
+            "architecture": "dense",
+            "parameter_count": "8B",
+            "context_length": 32768,
+            "base_args": ["--trust-remote-code"],
+        },
+        "dependencies": [{"command": "uv pip install vllm==0.11.2"}],
+        "variants": {"default": {"precision": "bf16", "vram_minimum_gb": 20}},
+        "compatible_strategies": ["single_node_tp", "multi_node_tp"],
+    }
+    recipe.update(changes)
+    return recipe
 
 
 @pytest.fixture

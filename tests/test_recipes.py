@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -51,22 +53,44 @@ def _edit(root: Path, change) -> None:
     path.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
+def _kimi_files(root: Path) -> dict[str, bytes]:
+    return {k: v for k, v in tree_snapshot(root).items() if "kimi-linear" in k}
+
+
 def _fails_clearly(root: Path, *expected: str) -> str:
+    """A bad recipe is that recipe's problem: named in one line, its files kept, the others generated."""
+    before = _kimi_files(root)
+    tiny = root / "images" / "tiny-random-llama"
+    shutil.rmtree(tiny)  # proof that the good recipe is still generated
+    result = run_factory(root, "generate")
+    assert result.returncode == 1, result.stdout + result.stderr
+    line = next(line for line in result.stderr.splitlines() if line.startswith("bad recipe:"))
+    for text in expected:
+        assert text in line, line
+    assert _kimi_files(root) == before, "the bad recipe's earlier files were changed"
+    assert (tiny / "vllm0.32.0-cpu-default" / "Dockerfile").is_file(), "the good recipe was not generated"
+    assert "docker-bake" not in result.stderr
+    bake = (root / "images" / "docker-bake.hcl").read_text()
+    assert "kimi-linear-48b-a3b-instruct-vllm0-11-2-h200-default" in bake, "its bake targets are kept too"
+    return line
+
+
+def _fails_for_everything(root: Path, *expected: str) -> None:
+    """Bad shared input (the catalog, the taxonomy) stops the run before anything is written."""
     before = tree_snapshot(root)
     result = run_factory(root, "generate")
     assert result.returncode == 2, result.stdout + result.stderr
     for text in expected:
         assert text in result.stderr, result.stderr
-    assert tree_snapshot(root) == before, "a failed generate changed the output"
-    return result.stderr
+    assert tree_snapshot(root) == before
 
 
 def test_typo_in_a_field_names_file_field_and_valid_fields(scratch: Path) -> None:
     _edit(scratch, lambda d: d["model"].update(base_arg=d["model"].pop("base_args")))
-    err = _fails_clearly(
+    line = _fails_clearly(
         scratch, str(KIMI_FILE), "model.base_arg", "unknown field", "did you mean: 'base_args'"
     )
-    assert "valid:" in err
+    assert "valid:" in line and "(a typo?)" not in line
 
 
 def test_unknown_hardware_override_key(scratch: Path) -> None:
@@ -85,9 +109,12 @@ def test_malformed_yaml_names_the_line(scratch: Path) -> None:
     _fails_clearly(scratch, str(KIMI_FILE), "malformed YAML at line")
 
 
-def test_missing_pin(scratch: Path) -> None:
-    _edit(scratch, lambda d: d.update(dependencies=[]))
-    _fails_clearly(scratch, "dependencies", "no exact vLLM pin", "vllm==0.11.2")
+def test_a_key_written_twice_is_an_error(scratch: Path) -> None:
+    path = scratch / KIMI_FILE
+    path.write_text(
+        path.read_text().replace("  architecture: moe\n", "  architecture: moe\n  architecture: dense\n")
+    )
+    _fails_clearly(scratch, "the key 'architecture' appears twice", "first at line")
 
 
 def test_known_bad_pin_is_refused_with_its_reason(scratch: Path) -> None:
@@ -113,7 +140,7 @@ def test_wrong_type(scratch: Path) -> None:
 def test_bad_catalog_install_reference(scratch: Path) -> None:
     path = scratch / "catalog" / "hardware.yaml"
     path.write_text(path.read_text().replace("install: cuda-pypi", "install: cuda-pipy", 1))
-    _fails_clearly(scratch, "hardware.h100.install", "'cuda-pipy'", "did you mean: 'cuda-pypi'")
+    _fails_for_everything(scratch, "hardware.h100.install", "'cuda-pipy'", "did you mean: 'cuda-pypi'")
 
 
 def test_known_bad_pin_raises_refused(project: Project) -> None:
@@ -126,7 +153,7 @@ def test_known_bad_pin_raises_refused(project: Project) -> None:
         }
     )
     with pytest.raises(RefusedError, match="indexer_rotary_emb"):
-        pinned_vllm(type(loaded)(bad, loaded.path, None), project.catalog)
+        pinned_vllm(replace(loaded, recipe=bad), project.catalog)
 
 
 def test_input_error_format() -> None:

@@ -41,7 +41,8 @@ def stage(root: Path, image: ImagePlan, settings: BuildSettings, workdir: Path) 
         for wheel in sorted(settings.find_links.glob("*.whl")):
             _link_or_copy(wheel, directory / "wheels" / wheel.name)
     build_args = {}
-    base = settings.base_image or image.base_image
+    assert image.install is not None  # the blueprint of an unbuildable image has no build context
+    base = settings.base_image or image.install.base_image
     if settings.base_image:
         build_args["BASE_IMAGE"] = settings.base_image
     if settings.pip_extra_index_url is not None:

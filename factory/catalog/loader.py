@@ -4,13 +4,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from factory.catalog.schema import Catalog
+from factory.catalog.schema import Catalog, DeviationRule
 from factory.errors import InputError
+from factory.models_base import Strict
 from factory.yamlfile import load_model
 
 
+class _Deviations(Strict):
+    deviations: list[DeviationRule]
+
+
 def load_catalog(path: Path) -> Catalog:
+    """catalog/hardware.yaml, with catalog/deviations.yaml beside it when it exists."""
     catalog = load_model(Catalog, path)
+    deviations = path.with_name("deviations.yaml")
+    if deviations.is_file():
+        rules = load_model(_Deviations, deviations).deviations
+        catalog = catalog.model_copy(update={"deviations": rules})
     for name, hardware in catalog.hardware.items():
         if hardware.install not in catalog.installs:
             raise InputError(

@@ -128,7 +128,6 @@ class Server(Strict):
 class Hardware(Strict):
     vendor: str  # a key of the catalog's vendors (the loader checks it)
     display_name: str
-    taxonomy_profile: str | None = None  # the recipes taxonomy's name for it, when it has one
     platform: Platform
     gpu_arch: str | None  # sm_90, gfx942, ...; None for the CPU target
     gpus_per_node: int
@@ -143,6 +142,29 @@ class KnownBadPin(Sourced):
     reason: str
 
 
+class DeviationRule(Strict):
+    """A deliberate difference from the upstream site's commands, applied to every process it matches."""
+
+    flag: str  # the flag the rule adds or changes
+    reason: str
+    when_present: list[str] = []  # every one of these flags is in the command
+    when_absent: list[str] = []  # none of these is
+    when_nonzero: list[str] = []  # each of these flags is there with a value other than 0
+    add: list[str] = []  # appended (the flag and its value) unless the command already has `flag`
+    replace_values: dict[
+        str, str
+    ] = {}  # the flag's value -> its replacement; {context_length} is the model's
+    vllm: str | None = None  # a PEP 440 specifier: only for these vLLM versions (and unresolved ones)
+    sources: list[str] = []
+
+    def applies_to(self, version: str | None) -> bool:
+        return (
+            self.vllm is None
+            or version is None
+            or SpecifierSet(self.vllm).contains(version, prereleases=True)
+        )
+
+
 class Catalog(Strict):
     vendors: dict[str, Vendor]
     server: Server = Server()
@@ -154,6 +176,8 @@ class Catalog(Strict):
     # The recipe built for a hardware when none is named (nox -s build-<hw>, CI, the benchmark):
     # `default`, or the hardware's own entry.
     build_recipes: dict[str, str]
+    # Where the factory's commands differ from the upstream site's (catalog/deviations.yaml).
+    deviations: list[DeviationRule] = []
 
     def build_recipe(self, hardware: str) -> str:
         return self.build_recipes.get(hardware) or self.build_recipes["default"]

@@ -1,4 +1,4 @@
-"""Plan one image: recipe x hardware x variant -> the install, base image, serve flags and names."""
+"""Plan one image: recipe x variant x hardware -> its install, base image, names and defaults."""
 
 from __future__ import annotations
 
@@ -7,15 +7,12 @@ import re
 from packaging.version import Version
 
 from factory import image_paths
-from factory.catalog.schema import Hardware, Install
-from factory.errors import InputError, RefusedError
+from factory.catalog.schema import Catalog, Hardware, Install
+from factory.errors import RefusedError
 from factory.plan import naming
-from factory.plan.models import ImageSpec
-from factory.plan.pins import pinned_vllm
+from factory.plan.models import ImageSpec, InstallSpec
 from factory.project import Project
 from factory.recipes.loader import LoadedRecipe
-from factory.recipes.schema import ArgsAndEnv, Feature, Recipe
-from factory.serve_args import flatten, resolve
 
 # Health-check start period: vLLM images in the wild allow 300 to 480 s; a large model needs more
 # (weights read from disk, CUDA graphs captured), so add 10 s per billion parameters.
@@ -23,36 +20,36 @@ BASE_START_PERIOD_S = 300
 START_SECONDS_PER_BILLION = 10
 
 
+def weights_of(project: Project, loaded: LoadedRecipe, model_id: str) -> tuple[str, str | None]:
+    """What `vllm serve` gets (a hub id, or the folder an image carries), and that folder's source."""
+    if loaded.bundled_model_dir is None:
+        return model_id, None
+    return f"{image_paths.BUNDLED_MODELS}/{model_id}", project.relative(loaded.bundled_model_dir)
+
+
 def plan_image_spec(
-    project: Project, loaded: LoadedRecipe, hardware_key: str, variant_name: str
+    project: Project,
+    loaded: LoadedRecipe,
+    variant: str,
+    hardware_key: str,
+    version: str | None,
+    default_command: list[str],
+    env: dict[str, str],
 ) -> ImageSpec:
     recipe = loaded.recipe
-    catalog = project.catalog
-    if hardware_key not in catalog.hardware:
-        raise InputError("unknown hardware", field="--hardware", value=hardware_key, valid=catalog.hardware)
-    if variant_name not in recipe.variants:
-        raise InputError(
-            "unknown variant", file=loaded.path, field="variants", value=variant_name, valid=recipe.variants
-        )
-    hardware = catalog.hardware[hardware_key]
-    install = catalog.installs[hardware.install]
-    version = pinned_vllm(loaded, catalog)
-    variant = recipe.variants[variant_name]
-    model_id = variant.model_id or recipe.model.model_id
-    bundled = project.relative(loaded.bundled_model_dir) if loaded.bundled_model_dir else None
-    weights = f"{image_paths.BUNDLED_MODELS}/{model_id}" if bundled else model_id
-    override_blocks = hardware_override_blocks(project, recipe, variant_name, hardware_key)
-    features = enabled_features(recipe, hardware_key)
-    image_slug = naming.slug(recipe, model_id)
+    hardware = project.catalog.hardware[hardware_key]
+    model_id = recipe.variants[variant].model_id or recipe.model.model_id
+    weights, bundled = weights_of(project, loaded, model_id)
+    install, unbuildable = install_spec(project.catalog, hardware_key, version)
+    image_slug = naming.slug(loaded, model_id)
     return ImageSpec(
         recipe_file=project.relative(loaded.path),
-        recipe_id=recipe.model.model_id,
+        recipe_id=loaded.recipe_id,
         model_id=model_id,
         weights=weights,
         bundled_model_src=bundled,
-        revision=recipe.model.revision,
         slug=image_slug,
-        variant=variant_name,
+        variant=variant,
         hardware=hardware_key,
         hardware_name=hardware.display_name,
         vendor=hardware.vendor,
@@ -60,84 +57,40 @@ def plan_image_spec(
         gpu_arch=hardware.gpu_arch,
         gpus_per_node=hardware.gpus_per_node,
         vllm_version=version,
-        install_kind=install.kind,
-        package=install.package,
-        torch_requirement=torch_requirement(install, version, hardware_key),
-        extra_index_url=install.extra_index_url,
-        remove_packages=install.remove_packages,
-        remove_packages_reason=install.remove_packages_reason,
-        system_packages=install.system_packages,
-        base_image=base_image(hardware, install, version, hardware_key),
-        env=_image_env(recipe, variant_name, override_blocks, features),
-        entrypoint_args=_entrypoint_args(
-            recipe, variant_name, weights, bundled, model_id, override_blocks, features
-        ),
-        start_period_s=start_period(recipe),
+        install=install,
+        unbuildable=unbuildable,
+        env=env,
+        default_command=default_command,
+        start_period_s=start_period(str(recipe.model.parameter_count or "")),
         repository=naming.repository(image_slug),
-        tag=naming.tag(version, hardware_key, variant_name),
+        tag=naming.tag(version, hardware_key, variant, loaded),
     )
 
 
-def _entrypoint_args(
-    recipe: Recipe,
-    variant_name: str,
-    weights: str,
-    bundled: str | None,
-    model_id: str,
-    override_blocks: list[ArgsAndEnv],
-    features: list[Feature],
-) -> list[str]:
-    """The serve flags every deployment of the image shares, in the site's order, later parts winning."""
-    model_args = ["--model", weights]
-    if bundled:
-        model_args += ["--served-model-name", model_id]
-    if recipe.model.revision:
-        # --trust-remote-code runs the repository's code: pin code and weights to one commit.
-        model_args += ["--revision", recipe.model.revision, "--code-revision", recipe.model.revision]
-    flags = resolve(
-        [
-            ("model", model_args),
-            ("base", recipe.model.base_args),
-            ("variant", recipe.variants[variant_name].extra_args),
-            ("hardware", [arg for block in override_blocks for arg in block.extra_args]),
-            ("feature", [arg for feature in features for arg in feature.args]),
-        ]
-    )
-    return flatten(flags)
-
-
-def _image_env(
-    recipe: Recipe, variant_name: str, override_blocks: list[ArgsAndEnv], features: list[Feature]
-) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for layer in (
-        recipe.model.base_env,
-        recipe.variants[variant_name].extra_env,
-        *(block.extra_env for block in override_blocks),
-        *(feature.env for feature in features),
-    ):
-        env.update(layer)
-    return env
-
-
-def hardware_override_blocks(
-    project: Project, recipe: Recipe, variant_name: str, hardware_key: str
-) -> list[ArgsAndEnv]:
-    """Override blocks that apply, general to specific: brand, generation, then the hardware's own name."""
-    hardware = project.catalog.hardware[hardware_key]
-    profile = project.tree.taxonomy.hardware_profiles.get(hardware.taxonomy_profile or "")
-    keys = [profile.brand.lower(), profile.generation.lower()] if profile else []
-    keys.append(hardware.taxonomy_profile or hardware_key)
-    blocks: list[ArgsAndEnv] = []
-    for overrides in (recipe.hardware_overrides, recipe.variants[variant_name].hardware_overrides):
-        blocks.extend(overrides[key] for key in dict.fromkeys(keys) if key in overrides)
-    return blocks
-
-
-def enabled_features(recipe: Recipe, hardware_key: str) -> list[Feature]:
-    """Features that are on by default: not opt-in, globally or for this hardware."""
-    off = set(recipe.opt_in_features) | set(recipe.hardware_opt_in_features.get(hardware_key, []))
-    return [feature for name, feature in recipe.features.items() if name not in off]
+def install_spec(
+    catalog: Catalog, hardware_key: str, version: str | None
+) -> tuple[InstallSpec | None, str | None]:
+    """How the image installs vLLM, or why it cannot be built (no version, no vendor image, no torch)."""
+    if version is None:
+        return None, "no exact vLLM version: the recipe pins none (the lock resolves one)"
+    hardware = catalog.hardware[hardware_key]
+    install = catalog.installs[hardware.install]
+    try:
+        return (
+            InstallSpec(
+                kind=install.kind,
+                package=install.package,
+                torch_requirement=torch_requirement(install, version, hardware_key),
+                extra_index_url=install.extra_index_url,
+                remove_packages=install.remove_packages,
+                remove_packages_reason=install.remove_packages_reason,
+                system_packages=install.system_packages,
+                base_image=base_image(hardware, install, version, hardware_key),
+            ),
+            None,
+        )
+    except RefusedError as exc:
+        return None, str(exc)
 
 
 def torch_requirement(install: Install, version: str, hardware_key: str) -> str | None:
@@ -148,7 +101,7 @@ def torch_requirement(install: Install, version: str, hardware_key: str) -> str 
             return pin.requirement
     raise RefusedError(
         f"no torch build recorded for {install.package}=={version} ({hardware_key}); the catalog knows "
-        f"{', '.join(p.vllm for p in install.torch)}\n  hint: add a torch pin for it to catalog/hardware.yaml"
+        f"{', '.join(p.vllm for p in install.torch)}"
     )
 
 
@@ -166,14 +119,13 @@ def base_image(hardware: Hardware, install: Install, version: str, hardware_key:
     else:
         why = "the factory does not build ROCm images from the wheel index yet"
     raise RefusedError(
-        f"{hardware_key}: no vendor image with vLLM {version} is recorded in catalog/hardware.yaml; {why}\n"
-        f"  known images: {known}"
+        f"{hardware_key}: no vendor image with vLLM {version} is recorded in the catalog; {why}"
+        f" (known: {known})"
     )
 
 
-def start_period(recipe: Recipe) -> int:
-    billions = _billions(recipe.model.parameter_count)
-    return BASE_START_PERIOD_S + START_SECONDS_PER_BILLION * round(billions)
+def start_period(parameter_count: str | None) -> int:
+    return BASE_START_PERIOD_S + START_SECONDS_PER_BILLION * round(_billions(parameter_count))
 
 
 def _billions(count: str | None) -> float:

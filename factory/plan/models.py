@@ -1,53 +1,53 @@
-"""Plans: everything the templates print, computed once from recipe, strategy and catalog.
+"""Plans: everything the templates print, computed once from recipe, strategies and catalog.
 
-An ImageSpec is one image (recipe x hardware x variant) as planned; an ImagePlan is the same spec with its
-inputs hash, which is what every later stage receives. A Deployment is one way to run that image (x strategy
-x node count), with one NodeRole per compose file. Templates only format these.
+An ImageSpec is one image (recipe x variant x hardware) as planned; an ImagePlan is the same with its
+inputs hash, which is what every later stage receives. A Deployment is one way to run that image (a
+strategy on a node count), with one NodeRole per process: its compose file and its full command.
+Templates only format these.
 """
 
 from __future__ import annotations
 
-import re
+from functools import cached_property
 from pathlib import PurePosixPath
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from factory.catalog.schema import Vendor
-
-# Compose files and `factory show` spell these settings as ${NAME}; defaults fill in where vLLM has one.
-SETTINGS: dict[str, tuple[str | None, str]] = {
-    "HEAD_ADDRESS": (None, "address of the head node, reachable from every node"),
-    "MASTER_PORT": ("29501", "torch.distributed rendezvous port on the head (vLLM's default)"),
-    "DP_RPC_PORT": ("13345", "data-parallel RPC port on the head"),
-    "IFACE_NAME": (None, "network interface NCCL and Gloo use on every node (e.g. eth0, ib0)"),
-    "RENDER_GID": (
-        None,
-        "the host's render group id, which owns /dev/kfd (getent group render | cut -d: -f3)",
-    ),
-}
-PLACEHOLDER = re.compile(r"\$\{?(?P<name>[A-Z_][A-Z0-9_]*)\}?")
+from factory.plan.settings import placeholder_names
 
 
 class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class NodeRole(Frozen):
-    name: str  # "node" for one node; "head", "worker-1", ... for several
-    rank: int
-    serves_http: bool
-    args: list[str]  # appended by the compose file to the image's entrypoint
+class InstallSpec(Frozen):
+    """How vLLM gets into the image: what the Dockerfile installs, on which base."""
+
+    kind: str  # pip, vendor-image
+    package: str
+    torch_requirement: str | None
+    extra_index_url: str | None
+    remove_packages: list[str]
+    remove_packages_reason: str | None
+    system_packages: list[str]
+    base_image: str
+
+    @property
+    def pip_remove_command(self) -> str:
+        """Removal in the install's own layer, so the removed files never reach the image."""
+        return f"pip uninstall -y {' '.join(self.remove_packages)}" if self.remove_packages else "true"
 
 
 class ImageSpec(Frozen):
-    """One image as planned. Its JSON (field order included) is an input of the image's hash."""
+    """One image as planned: what it serves, on what, installed how, and its default command."""
 
     recipe_file: str
-    recipe_id: str  # the recipe's model.model_id: how the recipe tree knows it
-    model_id: str  # the model served: a variant may serve another (e.g. a quantized copy)
-    weights: str  # what --model gets: a hub id, or the folder the image carries
+    recipe_id: str  # <org>/<name>: how the recipes tree knows the recipe
+    model_id: str  # the model served: a variant may serve another checkpoint (e.g. a quantized copy)
+    weights: str  # what `vllm serve` gets: a hub id, or the folder the image carries
     bundled_model_src: str | None  # project-relative folder copied into the image
-    revision: str | None
     slug: str
     variant: str
     hardware: str
@@ -56,17 +56,11 @@ class ImageSpec(Frozen):
     platform: str
     gpu_arch: str | None
     gpus_per_node: int
-    vllm_version: str
-    install_kind: str
-    package: str
-    torch_requirement: str | None
-    extra_index_url: str | None
-    remove_packages: list[str]
-    remove_packages_reason: str | None
-    system_packages: list[str]
-    base_image: str
-    env: dict[str, str]
-    entrypoint_args: list[str]
+    vllm_version: str | None  # None: no exact pin yet, so the image cannot be built
+    install: InstallSpec | None  # None: the image cannot be built here, for `unbuildable`
+    unbuildable: str | None
+    env: dict[str, str]  # set in every deployment of the image, with one value: the image's ENV
+    default_command: list[str]  # the recommended single-node command: `docker run IMAGE` serves it
     start_period_s: int
     repository: str
     tag: str
@@ -85,27 +79,22 @@ class ImageSpec(Frozen):
         return self.model_id
 
     @property
-    def entrypoint(self) -> list[str]:
-        return ["factory-serve", *self.entrypoint_args]
-
-    @property
     def model_source(self) -> str:
         """Which Dockerfile part places the model: `bundled` copies it in, `hub` leaves it to the cache."""
         return "bundled" if self.bundled_model_src else "hub"
 
     @property
     def pip_requirements(self) -> list[str]:
-        return [f"{self.package}=={self.vllm_version}", *filter(None, [self.torch_requirement])]
-
-    @property
-    def pip_remove_command(self) -> str:
-        """Removal in the install's own layer, so the removed files never reach the image."""
-        return f"pip uninstall -y {' '.join(self.remove_packages)}" if self.remove_packages else "true"
+        assert self.install is not None and self.vllm_version is not None
+        return [
+            f"{self.install.package}=={self.vllm_version}",
+            *filter(None, [self.install.torch_requirement]),
+        ]
 
 
 class ImagePlan(ImageSpec):
-    """An ImageSpec with the hash of everything the image is made from: what every stage after planning
-    receives. The hash is required, so an unhashed plan cannot reach a build, a tag or a label."""
+    """An ImageSpec with the hash of its build context: what every stage after planning receives.
+    The hash is required, so an unhashed plan cannot reach a build, a tag or a label."""
 
     inputs_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
 
@@ -137,82 +126,98 @@ def image_labels(spec: ImageSpec, inputs_hash: str) -> dict[str, str]:
         "ai.vllm.factory.hardware": spec.hardware,
         "ai.vllm.factory.gpu-arch": spec.gpu_arch or "none",
         "ai.vllm.factory.platform": spec.platform,
-        "ai.vllm.factory.vllm-version": spec.vllm_version,
+        "ai.vllm.factory.vllm-version": spec.vllm_version or "unresolved",
         "ai.vllm.factory.inputs-hash": inputs_hash,
     }
 
 
+class NodeRole(Frozen):
+    """One process of a deployment: a node's `vllm serve`, a PD pool's node, or the PD router."""
+
+    name: str  # node; head, worker-1, ...; prefill, prefill-1, decode, ...; router
+    pool: str | None = None  # prefill or decode for a PD pool's process
+    rank: int
+    serves_http: bool
+    program: Literal["vllm", "vllm-router"] = "vllm"
+    args: list[str]  # after `vllm serve` ([model, *flags]) or after `vllm-router`
+    env: dict[str, str]
+    port: int | None = None  # the API port it listens on, when its flags name one (a PD pool's --port)
+
+    @property
+    def argv(self) -> list[str]:
+        """The whole command, in the upstream JSON API's shape."""
+        return ["vllm", "serve", *self.args] if self.program == "vllm" else ["vllm-router", *self.args]
+
+
+class Deviation(Frozen):
+    """Where this deployment's commands differ from the upstream site's, and why."""
+
+    flag: str
+    reason: str
+
+
 class Deployment(Frozen):
-    """One way to run an image: a strategy on a node count, one NodeRole per compose file."""
+    """One way to run an image: a strategy on a node count, one NodeRole per process."""
 
     image: ImagePlan
     strategy: str  # the strategy's id, e.g. multi_node_tp: its file name and its compose folder
     strategy_title: str  # its display name, e.g. "Multi-Node Tensor Parallel"
+    deploy_type: Literal["single_node", "multi_node", "pd_cluster"]
     nodes: int
     roles: list[NodeRole]
-    env: dict[str, str]  # the strategy's environment (NCCL/Gloo interface, ...)
     host_network: bool
     vendor: Vendor  # what the containers need to see the GPUs
+    deviations: list[Deviation]
+    recommended: bool  # the strategy the recipes site recommends on this hardware
 
-    @property
+    @cached_property
     def directory(self) -> PurePosixPath:
         base = PurePosixPath("compose") / self.image.slug / f"{self.image.hardware}-{self.image.variant}"
-        if self.nodes == 1:
-            return base / self.strategy
-        return base / self.strategy / f"{self.nodes}-nodes"
+        if self.deploy_type == "multi_node":
+            return base / self.strategy / f"{self.nodes}-nodes"
+        return base / self.strategy
 
     def file_name(self, role: NodeRole) -> str:
-        return "compose.yaml" if self.nodes == 1 else f"{role.name}.compose.yaml"
+        return "compose.yaml" if len(self.roles) == 1 else f"{role.name}.compose.yaml"
 
     def project_name(self, role: NodeRole) -> str:
-        parts = [self.image.slug, self.image.hardware, self.strategy.replace("_", "-")]
-        if self.nodes > 1:
+        parts = [self.image.slug, self.image.hardware, self.image.variant, self.strategy]
+        if len(self.roles) > 1:
             parts.append(role.name)
-        return "-".join(parts)
-
-    @property
-    def network(self) -> str:
-        return "host" if self.host_network else "published"
+        return "-".join(parts).replace("_", "-").replace(".", "-").lower()
 
     def role_title(self, role: NodeRole) -> str:
-        if self.nodes == 1:
+        if len(self.roles) == 1:
             return "one node"
-        headless = "" if role.serves_http else ", headless"
-        return f"node rank {role.rank} of {self.nodes} ({role.name}{headless})"
+        if role.program == "vllm-router":
+            return "the router in front of the prefill and decode pools"
+        what = (
+            f"{role.pool} pool, node {role.rank}" if role.pool else f"node rank {role.rank} of {self.nodes}"
+        )
+        return f"{what} ({role.name}{'' if role.serves_http else ', headless'})"
 
     @property
-    def settings_used(self) -> dict[str, tuple[str | None, str]]:
-        text = " ".join(
-            [
-                *self.env.values(),
-                *(arg for role in self.roles for arg in role.args),
-                *(group.group for group in self.vendor.group_add),
-            ]
-        )
-        names = {match.group("name") for match in PLACEHOLDER.finditer(text)}
-        return {name: SETTINGS[name] for name in SETTINGS if name in names}
+    def settings_used(self) -> list[str]:
+        """Every ${SETTING} the deployment's files use, for its .env.example."""
+        texts = [arg for role in self.roles for arg in [*role.args, *role.env.values()]]
+        texts += [group.group for group in self.vendor.group_add]
+        return placeholder_names(texts)
 
 
 class Skipped(Frozen):
     """A combination the factory does not generate, and why."""
 
-    what: str
+    recipe: str
+    model: str
+    variant: str | None = None
+    hardware: str | None = None
+    strategy: str | None = None
     reason: str
 
-
-def compose_interpolation(value: str) -> str:
-    """${NAME} -> ${NAME:-default} or ${NAME:?why}: compose then fails with a message, not a blank."""
-
-    def spell(match: re.Match[str]) -> str:
-        name = match.group("name")
-        if name not in SETTINGS:
-            return match.group(0)
-        default, why = SETTINGS[name]
-        return f"${{{name}:-{default}}}" if default else f"${{{name}:?set {name}: {why} (see .env.example)}}"
-
-    return PLACEHOLDER.sub(spell, value)
-
-
-def normalise_placeholders(value: str) -> str:
-    """Upstream strategies write $IFACE_NAME; the factory writes ${IFACE_NAME} everywhere."""
-    return PLACEHOLDER.sub(lambda m: "${" + m.group("name") + "}", value)
+    @property
+    def what(self) -> str:
+        parts = [self.recipe]
+        parts += [f"on {self.hardware}"] if self.hardware else []
+        parts += [f"({self.variant})"] if self.variant else []
+        parts += [f"with {self.strategy}"] if self.strategy else []
+        return " ".join(parts)

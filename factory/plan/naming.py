@@ -1,20 +1,51 @@
-"""How images are named: repository from the recipe's slug, tag from version, hardware and variant."""
+"""How images are named: repository from the recipe's slug, tag from version, hardware and variant.
+
+Every name that becomes a path, a tag or a compose project is checked against Docker's reference grammar
+(which is also a safe path segment): capitals are lower-cased where that is unambiguous, anything else
+that does not fit is refused with the file, the field and the value.
+"""
 
 from __future__ import annotations
 
-from factory.recipes.schema import Recipe
+import re
+
+from factory.errors import InputError
+from factory.recipes.loader import LoadedRecipe
 
 REPOSITORY_PREFIX = "vllm-factory"
+# A path component of a Docker repository name: lower-case letters and digits, single separators.
+PATH_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
+# A Docker tag: word characters, dots and dashes, not starting with either, 128 at most.
+TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 
-def slug(recipe: Recipe, model_id: str) -> str:
-    """The recipe's own slug, else the last part of the served model's id, lower-cased."""
-    return recipe.meta.slug or model_id.split("/")[-1].lower()
+def slug(loaded: LoadedRecipe, model_id: str) -> str:
+    """The recipe's own slug, else the last part of the served model's id; lower-cased, then checked."""
+    given = loaded.recipe.meta.slug
+    candidate = (given or model_id.split("/")[-1]).lower()
+    if not PATH_COMPONENT.match(candidate):
+        field = "meta.slug" if given else "model.model_id"
+        raise InputError(
+            "not usable as an image name: lower-case letters and digits, joined by single '.', '_' or '-'",
+            file=loaded.path,
+            field=field,
+            value=given or model_id,
+        )
+    return candidate
 
 
 def repository(image_slug: str) -> str:
     return f"{REPOSITORY_PREFIX}/{image_slug}"
 
 
-def tag(vllm_version: str, hardware: str, variant: str) -> str:
-    return f"vllm{vllm_version}-{hardware}-{variant}"
+def tag(vllm_version: str | None, hardware: str, variant: str, loaded: LoadedRecipe | None = None) -> str:
+    """vllm<version>-<hardware>-<variant>; `vllm-unresolved-...` until a version is known."""
+    text = f"vllm{vllm_version or '-unresolved'}-{hardware}-{variant}"
+    if not TAG.match(text):
+        raise InputError(
+            "this variant name cannot be part of an image tag (letters, digits, '_', '.', '-')",
+            file=loaded.path if loaded else None,
+            field=f"variants.{variant}",
+            value=variant,
+        )
+    return text

@@ -14,8 +14,9 @@ from factory.recipes.loader import LoadedRecipe
 _PIN = re.compile(r"(?<![\w.-])vllm==(?P<version>[^\s;,\"']+)")
 
 
-def pinned_vllm(loaded: LoadedRecipe, catalog: Catalog) -> str:
-    """The exact vLLM version the recipe pins in `dependencies`, after the safety checks."""
+def pinned_vllm(loaded: LoadedRecipe, catalog: Catalog) -> str | None:
+    """The exact vLLM version the recipe pins in `dependencies` (None when it pins none), after the
+    safety checks: one pin, a real version, not below min_vllm_version, not known to break the model."""
     recipe = loaded.recipe
     pins = [
         (index, match.group("version"))
@@ -23,13 +24,7 @@ def pinned_vllm(loaded: LoadedRecipe, catalog: Catalog) -> str:
         for match in _PIN.finditer(dep.command)
     ]
     if not pins:
-        raise InputError(
-            "no exact vLLM pin: the factory builds only pinned versions",
-            file=loaded.path,
-            field="dependencies",
-            hint="add a dependency whose command says vllm==<version>, e.g. "
-            f'command: "uv pip install vllm=={recipe.model.min_vllm_version}"',
-        )
+        return None
     if len({version for _, version in pins}) > 1:
         raise InputError(
             "the recipe pins vLLM more than once, to different versions",

@@ -3,9 +3,10 @@ anyone builds. Hard impossibilities are refused while planning (factory.plan.ima
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from factory.plan.models import ImageSpec
+from factory.plan.models import ImageSpec, NodeRole
 from factory.project import Project
 
 
@@ -19,13 +20,14 @@ class Finding:
         return f"{self.level}: {self.message}\n  source: {self.source}"
 
 
-def preflight(project: Project, image: ImageSpec) -> list[Finding]:
+def preflight(project: Project, image: ImageSpec, roles: Sequence[NodeRole] = ()) -> list[Finding]:
     hardware = project.catalog.hardware[image.hardware]
     install = project.catalog.installs[hardware.install]
     findings = []
     for coverage in install.arch_coverage:
         if (
             hardware.gpu_arch
+            and image.vllm_version
             and coverage.covers_version(image.vllm_version)
             and (hardware.gpu_arch not in coverage.archs)
         ):
@@ -39,7 +41,12 @@ def preflight(project: Project, image: ImageSpec) -> list[Finding]:
                 )
             )
     findings += [Finding("note", note.source, "catalog/hardware.yaml") for note in hardware.notes]
-    if "--trust-remote-code" in image.entrypoint_args and not image.revision and not image.bundled_model_src:
+    trusts_code = any("--trust-remote-code" in role.args for role in roles)
+    if (
+        trusts_code
+        and "--code-revision" not in " ".join(arg for role in roles for arg in role.args)
+        and not image.bundled_model_src
+    ):
         findings.append(
             Finding(
                 "warning",

@@ -52,7 +52,7 @@ def platform_groups(images: list[ImagePlan]) -> list[PlatformGroup]:
     """Images of one recipe, variant, vLLM and GPU architecture that exist for more than one platform."""
     groups: dict[tuple[str, ...], list[ImagePlan]] = {}
     for image in images:
-        if image.gpu_arch is None:
+        if image.gpu_arch is None or image.vllm_version is None:
             continue
         key = (image.recipe_id, image.variant, image.vllm_version, image.vendor, image.gpu_arch)
         groups.setdefault(key, []).append(image)

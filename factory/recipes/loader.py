@@ -64,7 +64,9 @@ class RecipeTree:
                 return loaded
         for problem in self.problems:
             if problem.recipe_id.lower() == wanted:
-                raise InputError(f"this recipe could not be read:\n{problem.error}", field="MODEL", value=name)
+                raise InputError(
+                    f"this recipe could not be read:\n{problem.error}", field="MODEL", value=name
+                )
         raise InputError("no recipe for this model", field="MODEL", value=name, valid=self.recipes.keys())
 
 
@@ -114,7 +116,9 @@ def _load_recipe(path: Path, recipe_id: str, tree: RecipeTree) -> LoadedRecipe:
 def unused(recipe: Recipe, tree: RecipeTree) -> tuple[str, ...]:
     """What the recipe sets that shapes no command or image, each with why (shown by `factory show`)."""
     notes = [f"{key}: {why}" for key, why in NOT_USED.items() if _is_set(recipe, key)]
-    notes += [f"meta.{key}: not in the upstream schema; page text at most" for key in recipe.meta.model_extra or {}]
+    notes += [
+        f"meta.{key}: not in the upstream schema; page text at most" for key in recipe.meta.model_extra or {}
+    ]
     notes += [
         f"meta.hardware.{name}: no such hardware profile in the taxonomy; nothing renders for it"
         for name in recipe.meta.hardware
@@ -186,7 +190,9 @@ def _check_features(recipe: Recipe, path: Path, strategies: set[str]) -> None:
         if feature.default_mode:
             _each_known([feature.default_mode], set(feature.modes), path, f"{where}.default_mode", "mode")
         for mode_name, mode in feature.modes.items():
-            _each_known(mode.variants, set(recipe.variants), path, f"{where}.modes.{mode_name}.variants", "variant")
+            _each_known(
+                mode.variants, set(recipe.variants), path, f"{where}.modes.{mode_name}.variants", "variant"
+            )
     for name, variant in recipe.variants.items():
         for feature_name, mode_name in variant.default_modes.items():
             modes = recipe.features[feature_name].modes or {}

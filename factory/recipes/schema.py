@@ -167,7 +167,8 @@ class Meta(Open):
     performance_headline: str | None = None
     related_recipes: list[str] = []
     default_hardware: str | None = None
-    hardware: dict[str, Literal["verified", "unsupported"]] = {}
+    # verified, unsupported, or (the factory's own use) any other word that lists a restricted profile
+    hardware: dict[str, str] = {}
     platforms: list[Any] = []
 
 
@@ -204,6 +205,10 @@ class StrategyOverride(Strict):
 
 
 class OmniTaskOverride(Strict):
+    label: str | None = None
+    endpoint: str | None = None
+    model_id: str | None = None
+    description: str | None = None
     extra_args: list[str] = []
     curl: str | None = None
     vram_minimum_gb: float | None = None
@@ -219,6 +224,7 @@ class OmniTask(Strict):
     extra_args: list[str] = []
     curl: str | None = None
     endpoint: str | None = None
+    axes: dict[str, Any] = {}
     hardware_overrides: dict[str, OmniTaskOverride] = {}
 
 

@@ -27,9 +27,14 @@ def context_hash(image: ImageSpec, files: list[OutputFile]) -> str:
     return digest.hexdigest()
 
 
-def hashed_context(root: Path, spec: ImageSpec, server: Server) -> tuple[ImagePlan, list[OutputFile]]:
+def hashed_context(
+    spec: ImageSpec, server: Server, model_folder: Path | None
+) -> tuple[ImagePlan, list[OutputFile]]:
     """The image's plan with its hash, and its build context with the hash in place."""
-    draft = image_outputs(root, spec, PLACEHOLDER, server)
+    draft = image_outputs(spec, PLACEHOLDER, server, model_folder)
+    if not draft:  # an image the factory cannot build has no context: its plan stands in for one
+        digest = hashlib.sha256(spec.model_dump_json().encode()).hexdigest()
+        return ImagePlan(**spec.model_dump(), inputs_hash=digest), []
     inputs_hash = context_hash(spec, draft)
     image = ImagePlan(**spec.model_dump(), inputs_hash=inputs_hash)
     dockerfile = next(f for f in draft if f.path.name == "Dockerfile")
@@ -39,4 +44,4 @@ def hashed_context(root: Path, spec: ImageSpec, server: Server) -> tuple[ImagePl
         )
         return image, [final if f is dockerfile else f for f in draft]
     # The placeholder also appears in the recipe's own text: render again rather than replace blindly.
-    return image, image_outputs(root, spec, inputs_hash, server)
+    return image, image_outputs(spec, inputs_hash, server, model_folder)

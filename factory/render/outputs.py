@@ -32,18 +32,22 @@ def image_support_file(name: str) -> bytes:
     return ((shebang + "\n" if shebang else "") + header + rest).encode()
 
 
-def bundled_model_files(root: Path, image: ImageSpec) -> dict[str, bytes]:
+def bundled_model_files(folder: Path | None) -> dict[str, bytes]:
     """The model files an image carries (the tiny self-test model), by path inside its folder."""
-    if not image.bundled_model_src:
+    if folder is None:
         return {}
-    folder = root / image.bundled_model_src
     return {
         p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
     }
 
 
-def image_outputs(root: Path, image: ImageSpec, inputs_hash: str, server: Server) -> list[OutputFile]:
-    """The image's build context: Dockerfile, launcher, version check, wheels/ and any bundled model."""
+def image_outputs(
+    image: ImageSpec, inputs_hash: str, server: Server, model_folder: Path | None
+) -> list[OutputFile]:
+    """The image's build context: Dockerfile, launcher, version check, wheels/ and any bundled model.
+    None for an image the factory cannot build (no version yet, no install for its hardware)."""
+    if image.install is None:
+        return []
     base = image.directory
     files = [
         OutputFile(base / "Dockerfile", render_dockerfile(image, inputs_hash, server).encode()),
@@ -54,7 +58,7 @@ def image_outputs(root: Path, image: ImageSpec, inputs_hash: str, server: Server
     ]
     files += [
         OutputFile(base / "model" / name, content)
-        for name, content in bundled_model_files(root, image).items()
+        for name, content in bundled_model_files(model_folder).items()
     ]
     return files
 
@@ -71,26 +75,30 @@ def compose_outputs(plan: Deployment, server: Server) -> list[OutputFile]:
 
 @dataclass(frozen=True)
 class BakeTarget:
+    """One image as a `docker buildx bake` target; groups are its hardware and its platform."""
+
     name: str
     context: str
     platform: str
     tags: tuple[str, ...]
+    hardware: str
 
-
-def bake_output(images: list[ImagePlan]) -> OutputFile:
-    """images/docker-bake.hcl: every image as a buildx target with its platform (arm64 for Grace trays)."""
-    targets = [
-        BakeTarget(
+    @staticmethod
+    def of(image: ImagePlan) -> BakeTarget:
+        return BakeTarget(
             name=f"{image.slug}-{image.tag}".replace(".", "-"),
             context=image.directory.as_posix(),
             platform=image.platform,
             tags=(image.reference, image.immutable_reference),
+            hardware=image.hardware,
         )
-        for image in images
-    ]
+
+
+def bake_output(targets: list[BakeTarget]) -> OutputFile:
+    """images/docker-bake.hcl: every image as a buildx target with its platform (arm64 for Grace trays)."""
     groups: dict[str, list[str]] = {}
-    for image, target in zip(images, targets, strict=True):
-        for group in (image.hardware, image.platform.replace("linux/", "")):
+    for target in targets:
+        for group in (target.hardware, target.platform.replace("linux/", "")):
             groups.setdefault(group, []).append(target.name)
     text = render_bake(targets, dict(sorted(groups.items())))
     return OutputFile(PurePosixPath("images/docker-bake.hcl"), text.encode())

@@ -1,8 +1,14 @@
-"""Jinja2 rendering. Templates only format: every value and every choice comes from the plans."""
+"""Jinja2 rendering. Templates only format: every value and every choice comes from the plans.
+
+Values are escaped for the file they land in: `dockerfile` for Dockerfile ENV and LABEL (which expand
+`$` at build time), `json` for exec-form arrays and YAML strings; compose values go through
+factory.plan.settings.compose_value (placeholders become variables, every other `$` is doubled).
+"""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from functools import cache
 
@@ -10,7 +16,22 @@ import jinja2
 
 from factory.catalog.schema import Server
 from factory.image_paths import TEMPLATE_GLOBALS
-from factory.plan.models import Deployment, ImageSpec, compose_interpolation, image_labels
+from factory.plan.models import Deployment, ImageSpec, image_labels
+from factory.plan.settings import compose_value, setting
+
+_PLAIN = re.compile(r'^[^"\\\x00-\x1f\x7f-\uffff]*$')
+
+
+def json_string(value: object) -> str:
+    """JSON for a value; plain strings take a fast path (the corpus renders hundreds of thousands)."""
+    if isinstance(value, str) and _PLAIN.match(value):
+        return f'"{value}"'
+    return json.dumps(value, ensure_ascii=False)
+
+
+def dockerfile_value(value: str) -> str:
+    """A double-quoted Dockerfile value that ENV and LABEL keep as written (no `$` expansion)."""
+    return json.dumps(value, ensure_ascii=False).replace("$", "\\$")
 
 
 @cache
@@ -22,23 +43,28 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
         keep_trailing_newline=True,
         autoescape=False,  # Dockerfiles and YAML, not HTML
+        auto_reload=False,  # templates are package files: no need to stat them at every render
     )
-    env.filters["json"] = lambda value: json.dumps(value, ensure_ascii=False)
-    env.filters["setting"] = compose_interpolation
+    env.filters["json"] = json_string
+    env.filters["dockerfile"] = dockerfile_value
+    env.filters["setting"] = compose_value
     env.globals.update(TEMPLATE_GLOBALS)
     return env
 
 
 def render_dockerfile(image: ImageSpec, inputs_hash: str, server: Server) -> str:
-    template = environment().get_template(f"Dockerfile.{image.install_kind}.j2")
+    assert image.install is not None
+    template = environment().get_template(f"Dockerfile.{image.install.kind}.j2")
     return template.render(image=image, labels=image_labels(image, inputs_hash), server=server)
 
 
 def render_compose(plan: Deployment, index: int, server: Server) -> str:
     role = plan.roles[index]
+    port = role.port or server.port
+    template = "compose.yaml.j2" if role.program == "vllm" else "compose-router.yaml.j2"
     return (
         environment()
-        .get_template("compose.yaml.j2")
+        .get_template(template)
         .render(
             plan=plan,
             image=plan.image,
@@ -47,16 +73,19 @@ def render_compose(plan: Deployment, index: int, server: Server) -> str:
             role_title=plan.role_title(role),
             file_name=plan.file_name(role),
             project_name=plan.project_name(role),
-            command=[compose_interpolation(arg) for arg in role.args],
-            env={name: compose_interpolation(value) for name, value in plan.env.items()},
-            network=plan.network,
+            command=[compose_value(arg) for arg in role.args],
+            env={name: compose_value(value) for name, value in role.env.items()},
+            network="host" if plan.host_network else "published",
+            port=port,
             health="http" if role.serves_http else "none",
+            health_url=f"http://127.0.0.1:{port}{server.health_path}",
         )
     )
 
 
 def render_env_example(plan: Deployment) -> str:
-    return environment().get_template("env.example.j2").render(settings=plan.settings_used)
+    settings = {name: setting(name) for name in plan.settings_used}
+    return environment().get_template("env.example.j2").render(settings=settings)
 
 
 def render_bake(targets: Sequence[object], groups: dict[str, list[str]]) -> str:

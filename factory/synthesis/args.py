@@ -23,13 +23,13 @@ class Unit:
 def units(args: Sequence[str]) -> list[Unit]:
     """Pair each `-x`/`--x` token with the token after it, unless that one starts with `-` too."""
     found: list[Unit] = []
+    count = len(args)
     index = 0
-    while index < len(args):
+    while index < count:
         token = args[index]
-        if token.startswith("-"):
-            following = args[index + 1] if index + 1 < len(args) else None
-            if following is not None and not following.startswith("-"):
-                found.append(Unit(token, following))
+        if token[:1] == "-":
+            if index + 1 < count and args[index + 1][:1] != "-":
+                found.append(Unit(token, args[index + 1]))
                 index += 2
                 continue
             found.append(Unit(token))

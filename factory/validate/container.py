@@ -17,7 +17,8 @@ from testcontainers.core.container import DockerContainer
 
 from factory.catalog.schema import Server, Vendor
 from factory.engine import OWNER_LABEL
-from factory.plan.models import PLACEHOLDER, ImagePlan
+from factory.plan.models import ImagePlan
+from factory.plan.settings import PLACEHOLDER
 from factory.validate.probes import ContainerState
 
 
@@ -96,4 +97,4 @@ def running(
 def _setting_value(group: str, settings: Mapping[str, str]) -> str | None:
     """A group name as is; a ${NAME} group from the settings, or None when they do not give it."""
     match = PLACEHOLDER.fullmatch(group)
-    return settings.get(match.group("name")) if match else group
+    return settings.get(match.group("braced") or match.group("bare")) if match else group

@@ -68,7 +68,7 @@ def validate_image(
             f"  hint: factory build {image.recipe_id} --hardware {image.hardware}"
         ) from None
     report = ValidationReport(
-        image.reference, image_id, image.hardware, image.vllm_version, image.inputs_hash
+        image.reference, image_id, image.hardware, image.vllm_version or "unresolved", image.inputs_hash
     )
     plans = list(blueprint.deployments)
     _static_checks(client, image, plans, report)

@@ -12,12 +12,11 @@ import docker
 
 from factory import image_paths
 from factory.engine import OWNER_LABEL
-from factory.plan.models import SETTINGS, Deployment, ImagePlan
+from factory.plan.models import Deployment, ImagePlan
+from factory.plan.settings import example_value
 
-# Values for ${SETTINGS} when a node's command is only parsed, never run.
-EXAMPLE_SETTINGS = {"HEAD_ADDRESS": "10.0.0.1", "IFACE_NAME": "eth0"} | {
-    name: default for name, (default, _) in SETTINGS.items() if default
-}
+# Values for settings without a default, when a node's command is only parsed, never run.
+EXAMPLE_SETTINGS = {"IFACE_NAME": "eth0", "RENDER_GID": "109"}
 
 
 @dataclass(frozen=True)
@@ -78,7 +77,7 @@ def check_versions(client: docker.DockerClient, image: ImagePlan) -> list[CheckR
             f"vLLM {info.get('vllm')} and torch {info.get('torch')} now; {at_build} after our install step",
         )
     )
-    if image.install_kind == "vendor-image":
+    if image.install and image.install.kind == "vendor-image":
         base = json.loads(run_in_image(client, image.reference, ["cat", image_paths.BASE_VERSIONS], {}))
         results.append(
             CheckResult(
@@ -99,19 +98,15 @@ def check_env(client: docker.DockerClient, image: ImagePlan) -> CheckResult:
 
 
 def argv_sets(image: ImagePlan, composes: list[Deployment]) -> dict[str, list[str]]:
-    """Every node's full serve command (entrypoint + compose command), with example settings filled in."""
-    sets = {"image-default": list(image.entrypoint_args)}
+    """Every `vllm serve` command the image runs (its default, each node of each deployment), with example
+    settings filled in: what vLLM's parser is given."""
+    sets = {"image-default": list(image.default_command)}
     for plan in composes:
         for role in plan.roles:
-            args = [_fill(arg) for arg in [*image.entrypoint_args, *role.args]]
-            sets[str(plan.directory / plan.file_name(role))] = args
+            if role.program == "vllm":
+                args = [example_value(arg, EXAMPLE_SETTINGS) for arg in role.args]
+                sets[str(plan.directory / plan.file_name(role))] = args
     return sets
-
-
-def _fill(arg: str) -> str:
-    for name, value in EXAMPLE_SETTINGS.items():
-        arg = arg.replace("${" + name + "}", str(value))
-    return arg
 
 
 def check_serve_args(

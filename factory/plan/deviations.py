@@ -1,0 +1,67 @@
+"""Apply the catalog's deviation rules to a process's flags: where and why the factory's commands differ
+from the upstream site's. The rules are data (catalog/deviations.yaml); this module only matches them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from factory.catalog.schema import DeviationRule
+from factory.plan.models import Deviation
+from factory.synthesis.args import units
+
+
+def apply(
+    rules: Sequence[DeviationRule], args: Sequence[str], version: str | None, context_length: int | None
+) -> tuple[list[str], list[Deviation]]:
+    """The flags after every matching rule, and the rules that changed them."""
+    result = list(args)
+    values = _values(result)
+    applied: list[Deviation] = []
+    for rule in rules:
+        changed = _apply_one(rule, result, values, version, context_length)
+        if changed is not None:
+            result = changed
+            values = _values(result)
+            applied.append(_deviation(rule))
+    return result, applied
+
+
+def _deviation(rule: DeviationRule) -> Deviation:
+    return Deviation(flag=rule.flag, reason=" ".join(rule.reason.split()))
+
+
+def _values(args: list[str]) -> dict[str, str | None]:
+    """Each flag of the command with its (last) value."""
+    return {unit.flag: unit.value for unit in units(args) if unit.flag}
+
+
+def _apply_one(
+    rule: DeviationRule,
+    args: list[str],
+    values: dict[str, str | None],
+    version: str | None,
+    context_length: int | None,
+) -> list[str] | None:
+    """The flags after this rule, or None when it does not match."""
+    matches = (
+        rule.applies_to(version)
+        and all(flag in values for flag in rule.when_present)
+        and not any(flag in values for flag in rule.when_absent)
+        and all(values.get(flag) not in (None, "0") for flag in rule.when_nonzero)
+    )
+    if not matches:
+        return None
+    if rule.add and rule.flag not in values:
+        return [*args, *rule.add]
+    value = values.get(rule.flag)
+    if value is None or value not in rule.replace_values:
+        return None
+    template = rule.replace_values[value]
+    if "{context_length}" in template and context_length is None:
+        return None  # nothing to put in its place: the parser check will judge the value as it is
+    replacement = template.format(context_length=context_length)
+    return [
+        token
+        for unit in units(args)
+        for token in ([rule.flag, replacement] if unit.flag == rule.flag else unit.tokens())
+    ]

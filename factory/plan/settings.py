@@ -1,0 +1,89 @@
+"""Run-time settings: the placeholders recipes, strategies and the factory write on purpose ($HEAD_IP,
+$IFACE_NAME, $PREFILL_NODE_1, ...). Compose files turn each into a variable that names what to set
+(or has a default), .env.example lists them, and every other `$` is escaped so compose never expands it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+# $NAME or ${NAME}, an upper-case shell variable name: the spelling of a placeholder.
+PLACEHOLDER = re.compile(r"\$(?:\{(?P<braced>[A-Z_][A-Z0-9_]*)\}|(?P<bare>[A-Z_][A-Z0-9_]*))")
+
+
+@dataclass(frozen=True)
+class Setting:
+    default: str | None  # None: the user must set it, and compose stops with `why` when it is missing
+    why: str
+
+
+SETTINGS: dict[str, Setting] = {
+    "HEAD_IP": Setting(None, "address of the head node, reachable from every node"),
+    "MASTER_PORT": Setting("29501", "torch.distributed rendezvous port on the head (vLLM's default)"),
+    "DP_RPC_PORT": Setting("13345", "data-parallel RPC port on the head"),
+    "IFACE_NAME": Setting(None, "network interface NCCL and Gloo use on every node (e.g. eth0, ib0)"),
+    "RENDER_GID": Setting(
+        None, "the host's render group id, owner of /dev/kfd (getent group render | cut -d: -f3)"
+    ),
+    "ROUTER_HOST": Setting("127.0.0.1", "address the PD router listens on (0.0.0.0 to serve other hosts)"),
+    "ROUTER_PORT": Setting("8000", "port the PD router listens on"),
+}
+# Settings named by pattern: one per node of a prefill or decode pool.
+_PATTERNS = (
+    (
+        re.compile(r"^(PREFILL|DECODE)_NODE_(\d+)$"),
+        "address of node {2} of the {1} pool, reachable by the router",
+    ),
+    (re.compile(r"^(PREFILL|DECODE)_DP_RPC_PORT$"), "data-parallel RPC port of the {1} pool's first node"),
+)
+
+
+def setting(name: str) -> Setting:
+    if name in SETTINGS:
+        return SETTINGS[name]
+    for pattern, why in _PATTERNS:
+        match = pattern.match(name)
+        if match:
+            groups = [match.group(0), *(g.lower() for g in match.groups())]
+            return Setting("13345" if "DP_RPC_PORT" in name else None, why.format(*groups))
+    return Setting(None, f"a value the recipe names as ${name}; set it for your cluster")
+
+
+def placeholder_names(texts: Iterable[str]) -> list[str]:
+    """The settings the texts use, in order of first use."""
+    names: dict[str, None] = {}
+    for text in texts:
+        for match in PLACEHOLDER.finditer(text):
+            names[match.group("braced") or match.group("bare")] = None
+    return list(names)
+
+
+def compose_value(value: str) -> str:
+    """A value for a compose file: placeholders become ${NAME:-default} or ${NAME:?what to set}; every other
+    `$` is doubled, so compose passes it through as it is."""
+    parts = []
+    last = 0
+    for match in PLACEHOLDER.finditer(value):
+        parts.append(value[last : match.start()].replace("$", "$$"))
+        name = match.group("braced") or match.group("bare")
+        known = setting(name)
+        if known.default is not None:
+            parts.append(f"${{{name}:-{known.default}}}")
+        else:
+            parts.append(f"${{{name}:?set {name}: {known.why} (see .env.example)}}")
+        last = match.end()
+    parts.append(value[last:].replace("$", "$$"))
+    return "".join(parts)
+
+
+def example_value(value: str, examples: dict[str, str]) -> str:
+    """A value with its placeholders filled from `examples` (else the default, else a stand-in): for
+    checking a command with vLLM's parser without a cluster."""
+
+    def fill(match: re.Match[str]) -> str:
+        name = match.group("braced") or match.group("bare")
+        return examples.get(name) or setting(name).default or "10.0.0.1"
+
+    return PLACEHOLDER.sub(fill, value)

@@ -1,0 +1,79 @@
+"""`factory renderings`: every deployment the factory generates as one JSON object, in the shape of the
+upstream recipes site's JSON API (`argv` for one node; `head_argv` and `worker_argvs` for several; `prefill`,
+`decode` and `router` for pd_cluster), plus the image, the deviations and their reasons. Combinations the
+factory does not generate are objects with the same keys and `skipped: <reason>`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from factory.blueprint import Blueprint, Blueprints
+from factory.plan.models import Deployment, NodeRole, Skipped
+from factory.recipes.loader import RecipeProblem
+
+
+def rendering(blueprint: Blueprint, deployment: Deployment) -> dict[str, Any]:
+    image = blueprint.image
+    found: dict[str, Any] = {
+        "model": image.model_id,
+        "recipe": image.recipe_id,
+        "variant": image.variant,
+        "hardware": image.hardware,
+        "strategy": deployment.strategy,
+        "node_count": deployment.nodes,
+        "deploy_type": deployment.deploy_type,
+        "recommended": deployment.recommended,
+        "image": image.reference,
+        "vllm_version": image.vllm_version,
+        "buildable": image.install is not None,
+    }
+    vllm_roles = [role for role in deployment.roles if role.program == "vllm"]
+    if deployment.deploy_type == "pd_cluster":
+        found["roles"] = _pd_roles(deployment)
+    elif deployment.deploy_type == "multi_node":
+        found["env"] = vllm_roles[0].env
+        found["head_argv"] = vllm_roles[0].argv
+        found["worker_argvs"] = [role.argv for role in vllm_roles[1:]]
+    else:
+        found["env"] = vllm_roles[0].env
+        found["argv"] = vllm_roles[0].argv
+    found["deviations"] = [{"flag": d.flag, "reason": d.reason} for d in deployment.deviations]
+    return found
+
+
+def _pd_roles(deployment: Deployment) -> dict[str, Any]:
+    roles: dict[str, Any] = {}
+    for pool in ("prefill", "decode"):
+        members: list[NodeRole] = [role for role in deployment.roles if role.pool == pool]
+        roles[pool] = {
+            "argv": members[0].argv,
+            "env": members[0].env,
+            "nodes": len(members),
+            "node_argvs": [role.argv for role in members],
+        }
+    router = next(role for role in deployment.roles if role.program == "vllm-router")
+    roles["router"] = {"argv": router.argv}
+    return roles
+
+
+def skipped_line(skipped: Skipped) -> dict[str, Any]:
+    return {
+        "model": skipped.model,
+        "recipe": skipped.recipe,
+        "variant": skipped.variant,
+        "hardware": skipped.hardware,
+        "strategy": skipped.strategy,
+        "skipped": skipped.reason,
+    }
+
+
+def problem_line(problem: RecipeProblem) -> dict[str, Any]:
+    return {"recipe": problem.recipe_id, "file": str(problem.path), "skipped": problem.one_line()}
+
+
+def all_renderings(blueprints: Blueprints) -> list[dict[str, Any]]:
+    """Every rendering, then every skipped combination, then every recipe that could not be planned."""
+    lines = [rendering(bp, deployment) for bp in blueprints.images for deployment in bp.deployments]
+    lines += [skipped_line(skipped) for skipped in blueprints.skipped]
+    lines += [problem_line(problem) for problem in blueprints.problems]
+    return lines
