@@ -4,7 +4,9 @@ start in a second and work with no index reachable."""
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import nox
@@ -60,6 +62,17 @@ def publish(session: nox.Session) -> None:
             "usage: nox -s publish -- MODEL --hardware H --registry HOST[:PORT][/NAMESPACE] [--tag T]"
         )
     factory(session, "publish", *session.posargs)
+
+
+@nox.session(default=False)
+def conformance(session: nox.Session) -> None:
+    """Compare every rendering of the upstream tree with the site's own JSON API; prints the table."""
+    tree, oracle = os.environ.get("FACTORY_UPSTREAM_RECIPES"), os.environ.get("FACTORY_RECIPES_ORACLE")
+    if not tree or not oracle:
+        session.error("set FACTORY_UPSTREAM_RECIPES (a recipes tree) and FACTORY_RECIPES_ORACLE (its build-api)")
+    with tempfile.TemporaryDirectory(prefix="factory-oracle-") as out:
+        session.run(oracle, tree, out, external=True, silent=True)
+        factory(session, "conformance", "--recipes", tree, "--oracle", out, *session.posargs)
 
 
 @nox.session(default=False)

@@ -19,7 +19,7 @@ from factory.plan.omni import plan_omni
 from factory.plan.pins import pinned_vllm
 from factory.plan.preflight import Finding, preflight
 from factory.project import Project
-from factory.recipes.loader import LoadedRecipe, RecipeProblem
+from factory.recipes.loader import LoadedRecipe, RecipeProblem, RecipeTree
 from factory.render.hashing import hashed_context
 from factory.render.outputs import OutputFile, compose_outputs
 from factory.synthesis.matrix import Combination, Refusal, combinations, hardware_for
@@ -100,7 +100,7 @@ def plan_project(project: Project, nodes: int | None = None) -> Blueprints:
 def plan_recipe(project: Project, loaded: LoadedRecipe, nodes: int | None = None) -> RecipePlan:
     """Every image of one recipe (variant x hardware) with its deployments, and what is left out."""
     recipe, tree = loaded.recipe, project.tree
-    version = pinned_vllm(loaded, project.catalog)
+    versions = {brand: pinned_vllm(loaded, project.catalog, brand) for brand in _brands(tree)}
     images: list[Blueprint] = []
     skipped: list[Skipped] = []
     only = project.catalog.only_hardware.get(loaded.recipe_id)
@@ -126,8 +126,13 @@ def plan_recipe(project: Project, loaded: LoadedRecipe, nodes: int | None = None
                 ]
                 continue
             if combos or recipe.is_omni:
+                version = versions[tree.taxonomy.hardware_profiles[hardware].brand]
                 images.append(finish(project, loaded, variant, hardware, combos, version))
     return RecipePlan(loaded, tuple(images), tuple(skipped))
+
+
+def _brands(tree: RecipeTree) -> set[str]:
+    return {profile.brand for profile in tree.taxonomy.hardware_profiles.values()}
 
 
 def _with_nodes(

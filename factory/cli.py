@@ -73,6 +73,19 @@ def cmd_renderings(project: Project, args: argparse.Namespace) -> int:
     return 1 if blueprints.problems else 0
 
 
+def cmd_conformance(project: Project, args: argparse.Namespace) -> int:
+    from factory.blueprint import plan_project
+    from factory.conformance import compare, oracle_renderings
+    from factory.renderings import all_renderings
+
+    comparison = compare(oracle_renderings(args.oracle), all_renderings(plan_project(project)))
+    say(comparison.table())
+    if args.floor is not None and comparison.rate < args.floor:
+        warn(f"error: conformance {comparison.rate:.4f} is below the floor {args.floor}")
+        return 1
+    return 0
+
+
 def cmd_show(project: Project, args: argparse.Namespace) -> int:
     from factory.blueprint import choose_deployment
     from factory.show import render_show
@@ -245,6 +258,15 @@ def build_parser() -> argparse.ArgumentParser:
     rend.add_argument("--json", action="store_true", help="JSON lines (the only format; for clarity)")
     rend.add_argument("--nodes", type=int, help="node count for multi-node strategies")
     rend.set_defaults(func=cmd_renderings)
+
+    conf = sub.add_parser(
+        "conformance", help="compare every rendering with the upstream site's JSON API for the same tree"
+    )
+    conf.add_argument(
+        "--oracle", type=Path, required=True, help="what the site's build-api wrote for the tree"
+    )
+    conf.add_argument("--floor", type=float, help="fail when the conformance rate is below this")
+    conf.set_defaults(func=cmd_conformance)
 
     show = sub.add_parser("show", help="print install, serve, docker run and compose for one configuration")
     show.add_argument("model", help="model id, e.g. moonshotai/Kimi-Linear-48B-A3B-Instruct")

@@ -63,10 +63,11 @@ def test_build_tags_readable_and_immutable(
     assert labels["ai.vllm.factory.inputs-hash"] == tiny_built.inputs_hash
     assert labels["ai.vllm.factory.vllm-version"] == "0.32.0"
     assert labels["org.opencontainers.image.title"].startswith(TINY)
-    assert image.attrs["Config"]["Entrypoint"][:3] == [
-        "factory-serve",
-        "--model",
+    assert image.attrs["Config"]["Entrypoint"] == ["factory-serve"]
+    assert image.attrs["Config"]["Cmd"][:3] == [
         "/opt/models/factory/tiny-random-llama",
+        "--served-model-name",
+        TINY,
     ]
     assert not docker_client.images.list(name="factory-build-tmp/*"), "temporary build tags left behind"
 
@@ -102,7 +103,7 @@ def test_changing_a_serve_argument_changes_only_metadata(
     new, old = docker_client.images.get(changed.image_id), docker_client.images.get(tiny_built.image_id)
     assert new.id != old.id
     assert new.attrs["RootFS"]["Layers"] == old.attrs["RootFS"]["Layers"]
-    assert "--max-num-seqs" in new.attrs["Config"]["Entrypoint"]
+    assert "--max-num-seqs" in new.attrs["Config"]["Cmd"]
 
 
 def test_a_failing_step_names_the_step_and_tags_nothing(

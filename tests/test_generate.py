@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import json
+from pathlib import Path, PurePosixPath
 
 import pytest
 
 from factory import generate
+from factory.errors import InputError
+from factory.render.outputs import OutputFile
 from tests.conftest import ROOT, run_factory, tree_snapshot
 
 
@@ -35,24 +38,63 @@ def test_generate_removes_what_is_no_longer_generated(scratch: Path) -> None:
     assert run_factory(scratch, "generate", "--check").returncode == 0
 
 
-def test_a_failed_write_leaves_the_previous_output(scratch: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_write_leaves_whole_files_and_no_temporary_ones(
+    scratch: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from factory.blueprint import plan_project
     from factory.project import load_project
-    from factory.render.outputs import OutputFile
 
     project = load_project(scratch)
     files = plan_project(project).files()
+    changed = [OutputFile(f.path, f.content + b"# new\n", f.executable) for f in files[:10]]
     before = tree_snapshot(scratch)
-    broken = [*files[:5], OutputFile(files[5].path, None)]  # type: ignore[arg-type]
-    with pytest.raises(TypeError):
-        generate.write_outputs(scratch, broken)
-    assert tree_snapshot(scratch) == before
-    assert not [p.name for p in scratch.iterdir() if p.name.startswith(".")], "staging folders left behind"
+    real_replace, calls = Path.replace, []
+
+    def failing_replace(self: Path, target: Path) -> Path:
+        calls.append(self)
+        if len(calls) == 5:
+            raise OSError(28, "No space left on device")
+        return real_replace(self, target)
+
+    monkeypatch.setattr(Path, "replace", failing_replace)
+    with pytest.raises(OSError, match="No space left"):
+        generate.write_outputs(scratch, changed)
+    after = tree_snapshot(scratch)
+    for file in changed:
+        path = file.path.as_posix()
+        assert after[path] in (before[path], file.content), f"{path} is neither the old nor the new file"
+    assert not list(scratch.rglob("*.tmp")), "temporary files left behind"
+    assert set(after) == set(before), "a failed write removed or added files"
+
+
+def test_unchanged_files_are_compared_not_rewritten(scratch: Path) -> None:
+    dockerfile = next((scratch / "images").rglob("Dockerfile"))
+    stamp = dockerfile.stat().st_mtime_ns
+    result = run_factory(scratch, "generate")
+    assert result.returncode == 0 and "(0 written" in result.stdout, result.stdout
+    assert dockerfile.stat().st_mtime_ns == stamp
+
+
+def test_no_write_lands_outside_the_output_folder(scratch: Path) -> None:
+    before = tree_snapshot(scratch)
+    outside = [
+        OutputFile(PurePosixPath("images/../../escaped"), b"x"),
+        OutputFile(PurePosixPath("etc/x"), b"x"),
+    ]
+    for file in outside:
+        with pytest.raises(InputError, match="outside the output folder"):
+            generate.write_outputs(scratch, [file])
+    assert tree_snapshot(scratch) == before and not (scratch.parent / "escaped").exists()
 
 
 def test_every_generated_text_file_says_do_not_edit() -> None:
     for path in [*ROOT.glob("images/**/*"), *ROOT.glob("compose/**/*")]:
-        if path.is_dir() or path.suffix == ".json" or path.name == ".keep":
+        if path.is_dir() or path.name == ".keep" or path.parent.name == "model":
+            continue
+        if path.suffix == ".json":
+            assert json.loads(path.read_text())["comment"].startswith(
+                "DO NOT EDIT: written by `factory generate`"
+            )
             continue
         head = path.read_text().splitlines()[:2]
         assert any(line.startswith("# DO NOT EDIT: ") and "factory generate" in line for line in head), path
@@ -68,4 +110,5 @@ def test_image_paths_spell_name_and_tag() -> None:
     assert "FACTORY_IMAGE=vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h200-default" in text
     assert "ai.vllm.factory.inputs-hash=" in text
     assert "--mount=type=secret,id=cabundle" in text
-    assert 'ENTRYPOINT ["factory-serve", "--model", "moonshotai/Kimi-Linear-48B-A3B-Instruct"' in text
+    assert 'ENTRYPOINT ["factory-serve"]' in text
+    assert 'CMD ["moonshotai/Kimi-Linear-48B-A3B-Instruct", "--trust-remote-code"' in text

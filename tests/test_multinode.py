@@ -88,7 +88,7 @@ def two_nodes(
         f"factory-nodes-{uuid.uuid4().hex[:8]}", labels={OWNER_LABEL: "test"}
     )
     env = {
-        "HEAD_ADDRESS": "head",
+        "HEAD_IP": "head",
         "IFACE_NAME": "eth0",
         "HF_CACHE": str(tmp_path / "hf"),
         "FACTORY_IMAGE": tiny_built.image,

@@ -27,7 +27,8 @@ def apply(
 
 
 def _deviation(rule: DeviationRule) -> Deviation:
-    return Deviation(flag=rule.flag, reason=" ".join(rule.reason.split()))
+    source = f" (source: {'; '.join(rule.sources)})" if rule.sources else ""
+    return Deviation(flag=rule.flag, reason=" ".join(rule.reason.split()) + source)
 
 
 def _values(args: list[str]) -> dict[str, str | None]:

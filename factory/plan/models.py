@@ -201,6 +201,7 @@ class Deployment(Frozen):
         """Every ${SETTING} the deployment's files use, for its .env.example."""
         texts = [arg for role in self.roles for arg in [*role.args, *role.env.values()]]
         texts += [group.group for group in self.vendor.group_add]
+        texts += ["$VLLM_ROUTER_IMAGE" for role in self.roles if role.program == "vllm-router"]
         return placeholder_names(texts)
 
 

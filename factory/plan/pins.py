@@ -14,13 +14,15 @@ from factory.recipes.loader import LoadedRecipe
 _PIN = re.compile(r"(?<![\w.-])vllm==(?P<version>[^\s;,\"']+)")
 
 
-def pinned_vllm(loaded: LoadedRecipe, catalog: Catalog) -> str | None:
-    """The exact vLLM version the recipe pins in `dependencies` (None when it pins none), after the
-    safety checks: one pin, a real version, not below min_vllm_version, not known to break the model."""
+def pinned_vllm(loaded: LoadedRecipe, catalog: Catalog, brand: str | None = None) -> str | None:
+    """The exact vLLM version the recipe pins in `dependencies` for hardware of this brand (None when it
+    pins none), after the safety checks: one pin, a real version, not below min_vllm_version, not known
+    to break the model. A dependency marked for another brand, or optional, pins nothing here."""
     recipe = loaded.recipe
     pins = [
         (index, match.group("version"))
         for index, dep in enumerate(recipe.dependencies)
+        if not dep.optional and (not dep.brands() or brand is None or brand in dep.brands())
         for match in _PIN.finditer(dep.command)
     ]
     if not pins:
@@ -44,13 +46,13 @@ def pinned_vllm(loaded: LoadedRecipe, catalog: Catalog) -> str | None:
             value=text,
         )
     for bad in catalog.known_bad.get(recipe.model.model_id, []):
-        if Version(bad.vllm) == pin:
+        if Version(bad.vllm) == Version(pin.public):
             raise RefusedError(
                 f"{loaded.path}: {field}: vLLM {text} is known to break {recipe.model.model_id}: "
                 f"{bad.reason}\n  source: {bad.source}\n  hint: pin another version (the recipe's minimum "
                 f"is {minimum})"
             )
-    return str(pin)
+    return pin.public  # 0.20.0+rocm721 installs 0.20.0 built for ROCm: the release is what names the image
 
 
 def _version(text: str, loaded: LoadedRecipe, field: str) -> Version:

@@ -1,0 +1,92 @@
+"""The factory on the upstream recipes repository as a whole: every recipe generated, the site's own
+commands reproduced, one bad recipe never blocking the rest.
+
+These tests need the upstream tree (FACTORY_UPSTREAM_RECIPES) and the site's build script
+(FACTORY_RECIPES_ORACLE, a command `build-api TREE OUT`). A user's clone has neither, so they skip and
+say why; .ci/run sets both where they exist, with FACTORY_REQUIRE_UPSTREAM=1, so there they fail instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from factory.conformance import compare, oracle_renderings
+from tests.conftest import ROOT, run_factory
+
+FLOOR = json.loads((ROOT / "tests" / "data" / "conformance-floor.json").read_text())["rate"]
+
+
+def _needs(name: str) -> Path:
+    value = os.environ.get(name)
+    if value and Path(value).exists():
+        return Path(value)
+    message = f"{name} is not set to an existing path: the upstream corpus and its oracle are not here"
+    if os.environ.get("FACTORY_REQUIRE_UPSTREAM"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Path:
+    return _needs("FACTORY_UPSTREAM_RECIPES")
+
+
+@pytest.fixture(scope="module")
+def oracle(upstream: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    build_api = _needs("FACTORY_RECIPES_ORACLE")
+    out = tmp_path_factory.mktemp("oracle")
+    result = subprocess.run(
+        [str(build_api), str(upstream), str(out)], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+def renderings(tree: Path) -> list[dict[str, object]]:
+    result = run_factory(ROOT, "renderings", "--recipes", str(tree), "--json")
+    assert result.returncode == 0, result.stderr[-2000:]
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def test_every_upstream_rendering_matches_the_site_or_lists_why(upstream: Path, oracle: Path) -> None:
+    comparison = compare(oracle_renderings(oracle), renderings(upstream))
+    print(comparison.table())
+    assert comparison.counts["missing"] == 0, comparison.table()
+    assert comparison.rate >= FLOOR, comparison.table()
+    assert comparison.counts["skipped"] <= comparison.total // 10, "skips beyond TPU/XPU/Ascend hardware"
+
+
+def test_the_whole_corpus_generates_and_checks_clean(upstream: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = run_factory(ROOT, "generate", "--recipes", str(upstream), "--out", str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert len(files) > 10_000
+    dockerfiles = list(out.glob("images/*/*/Dockerfile"))
+    assert (out / "images" / "docker-bake.hcl").read_text().count("\ntarget ") == len(dockerfiles) > 0
+    check = run_factory(ROOT, "generate", "--check", "--recipes", str(upstream), "--out", str(out))
+    assert check.returncode == 0, check.stderr[-2000:]
+    assert str(upstream.resolve()) not in (out / "images" / "docker-bake.hcl").read_text(), "no machine paths"
+
+
+def test_one_broken_recipe_is_reported_and_the_others_still_render(upstream: Path, tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    shutil.copytree(upstream, tree)
+    victim = sorted((tree / "models").glob("*/*.yaml"))[0]
+    data = yaml.safe_load(victim.read_text())
+    data["model"]["base_arg"] = data["model"].pop("base_args")
+    victim.write_text(yaml.safe_dump(data))
+    result = run_factory(ROOT, "renderings", "--recipes", str(tree), "--json")
+    assert result.returncode == 1, "a bad recipe makes the run fail, after everything else is done"
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    bad = [line for line in lines if line.get("file") and "base_arg" in str(line.get("skipped"))]
+    assert len(bad) == 1 and bad[0]["recipe"] == f"{victim.parent.name}/{victim.stem}"
+    rendered = {line["recipe"] for line in lines if "argv" in line or "head_argv" in line or "roles" in line}
+    assert len(rendered) >= len(list((tree / "models").glob("*/*.yaml"))) - 1 - 20  # omni-only ones aside
