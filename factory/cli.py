@@ -29,18 +29,14 @@ def cmd_generate(project: Project, args: argparse.Namespace) -> int:
 
     result = generate(project, check=args.check, nodes=args.nodes)
     if args.verbose:
-        for skipped in result.blueprints.skipped:
-            warn(f"skipped: {skipped.what}: {skipped.reason}")
+        for skipped in result.skipped:
+            warn(f"skipped: {skipped}")
         # One line per finding, naming every image it concerns, rather than one per image.
-        affected: dict[str, list[str]] = {}
-        for blueprint in result.blueprints.images:
-            for finding in blueprint.findings:
-                affected.setdefault(str(finding), []).append(f"{blueprint.image.slug}:{blueprint.image.tag}")
-        for finding_text, images in affected.items():
+        for finding_text, images in result.findings.items():
             warn(f"{finding_text}\n  images: {', '.join(images)}")
-    elif result.blueprints.skipped:
-        warn(f"{len(result.blueprints.skipped)} combinations skipped, each with its reason (-v lists them)")
-    status = _report_problems(result.blueprints.problems)
+    elif result.skipped:
+        warn(f"{len(result.skipped)} combinations skipped, each with its reason (-v lists them)")
+    status = _report_problems(result.problems)
     if result.kept:
         warn(f"kept {len(result.kept)} files of the recipes above as they were")
     if result.stale:

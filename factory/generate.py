@@ -1,47 +1,72 @@
-"""`factory generate`: write every blueprint's files under the output folder, or check the files there.
+"""`factory generate`: plan every recipe and write its files under the output folder, or check them.
 
-Writing compares first: a file whose bytes and mode are already right is left alone, others are written
-beside their place and renamed over it (a reader never sees half a file), and files no longer generated
-are removed. A manifest records which recipe made which files, so a recipe that turned bad keeps its
-earlier files untouched while every other recipe is regenerated. Every path is checked to stay inside
-the output folder.
+A recipe that could not be planned is that recipe's problem: it keeps the files (and bake targets) it
+generated before, recorded in the committed manifest, while every other recipe is regenerated. A recipe
+whose inputs did not change since the last run is not planned again (factory.memory), as long as its
+files are still on disk as they were written.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
-from factory.blueprint import Blueprints, RecipePlan, plan_project
-from factory.errors import InputError
+from factory.blueprint import RecipePlan, plan_recipe
+from factory.errors import FactoryError
+from factory.memory import (
+    Remembered,
+    digest_of,
+    intact,
+    read_memory,
+    recipe_inputs,
+    shared_inputs,
+    write_memory,
+)
 from factory.project import Project
-from factory.render.outputs import OUTPUT_ROOTS, BakeTarget, OutputFile, bake_output
+from factory.recipes.loader import RecipeProblem
+from factory.render.outputs import BakeTarget, OutputFile, bake_output
+from factory.writer import stale_outputs, write_outputs
 
 MANIFEST = PurePosixPath("images/.factory-manifest.json")
 
 
 @dataclass(frozen=True)
 class Generated:
-    """What one run of `factory generate` planned, and what it found stale (with --check)."""
+    """What one run of `factory generate` made of the tree, and what it found stale (with --check)."""
 
-    blueprints: Blueprints
-    files: list[OutputFile]
+    recipes: dict[str, Remembered]  # every recipe planned now or remembered, by id
+    problems: list[RecipeProblem]
+    files: int
     stale: list[str]
     checked: bool
     written: int = 0
-    kept: list[str] = field(
-        default_factory=list
-    )  # files of recipes that could not be planned, kept as they were
+    planned: int = 0  # recipes planned this run (the rest were unchanged and remembered)
+    kept: list[str] = field(default_factory=list)  # files of recipes that could not be planned, kept
+
+    @property
+    def skipped(self) -> list[str]:
+        return [line for entry in self.recipes.values() for line in entry.skipped]
+
+    @property
+    def findings(self) -> dict[str, list[str]]:
+        merged: dict[str, list[str]] = {}
+        for entry in self.recipes.values():
+            for finding, images in entry.findings.items():
+                merged.setdefault(finding, []).extend(images)
+        return merged
 
     @property
     def summary(self) -> str:
-        images, deployments = len(self.blueprints.images), len(self.blueprints.deployments)
-        counts = f"{images} images, {deployments} deployments, {len(self.files)} files"
+        images = sum(entry.images for entry in self.recipes.values())
+        deployments = sum(entry.deployments for entry in self.recipes.values())
+        counts = f"{images} images, {deployments} deployments, {self.files} files"
         if self.checked:
             return f"up to date: {counts}"
-        return f"generated {counts} ({self.written} written, the rest unchanged)"
+        return (
+            f"generated {counts} ({self.written} written, the rest unchanged;"
+            f" {self.planned} of {len(self.recipes)} recipes planned, the rest unchanged since the last run)"
+        )
 
 
 @dataclass(frozen=True)
@@ -53,30 +78,61 @@ class RecipeOutput:
 
 
 def generate(project: Project, check: bool = False, nodes: int | None = None) -> Generated:
-    """Plan everything, then write it (or, with `check`, compare it with what is on disk)."""
-    blueprints = plan_project(project, nodes)
-    outputs = {plan.loaded.recipe_id: _output_of(plan) for plan in blueprints.recipes}
+    """Plan what changed, then write it (or, with `check`, compare everything with what is on disk)."""
+    shared = shared_inputs(project, nodes)
+    memory = read_memory(project.out)
+    entries: dict[str, Remembered] = {}
+    fresh: list[OutputFile] = []
+    problems = list(project.tree.problems)
+    planned = 0
+    for recipe_id, loaded in project.tree.recipes.items():
+        key = recipe_inputs(project, loaded, shared)
+        known = memory.get(recipe_id)
+        if known is not None and known.inputs == key and intact(project.out, known):
+            entries[recipe_id] = known
+            continue
+        try:
+            plan = plan_recipe(project, loaded, nodes)
+        except FactoryError as exc:
+            problems.append(RecipeProblem(loaded.path, recipe_id, exc))
+            continue
+        files = [file for blueprint in plan.images for file in blueprint.files]
+        fresh += files
+        planned += 1
+        entries[recipe_id] = remember(plan, key, files)
+    outputs = {recipe_id: RecipeOutput(sorted(e.files), e.bake) for recipe_id, e in entries.items()}
     previous = read_manifest(project.out)
-    for problem in blueprints.problems:  # a recipe that turned bad keeps what it generated before
+    for problem in problems:  # a recipe that turned bad keeps what it generated before
         if problem.recipe_id in previous:
             outputs[problem.recipe_id] = previous[problem.recipe_id]
-    kept = {
-        path
-        for problem in blueprints.problems
-        for path in outputs.get(problem.recipe_id, RecipeOutput([], [])).files
-    }
-    targets = [target for output in outputs.values() for target in output.bake]
-    files = [*blueprints.files(), bake_output(targets), _manifest_file(outputs)]
+    kept = sorted(path for p in problems for path in outputs.get(p.recipe_id, RecipeOutput([], [])).files)
+    shared_files = [bake_output([t for o in outputs.values() for t in o.bake]), _manifest_file(outputs)]
+    expected = {path for entry in entries.values() for path in entry.files} | set(kept)
+    expected |= {file.path.as_posix() for file in shared_files}
+    count = len(expected) - len(kept)
     if check:
-        return Generated(blueprints, files, stale_outputs(project.out, files, kept), True, kept=sorted(kept))
-    written = write_outputs(project.out, files, kept)
-    return Generated(blueprints, files, [], False, written, sorted(kept))
+        stale = stale_outputs(project.out, [*fresh, *shared_files], expected)
+        return Generated(entries, problems, count, stale, True, planned=planned, kept=kept)
+    written = write_outputs(project.out, [*fresh, *shared_files], expected)
+    if planned or set(entries) != set(memory):
+        write_memory(project.out, entries)
+    return Generated(entries, problems, count, [], False, written, planned, kept)
 
 
-def _output_of(plan: RecipePlan) -> RecipeOutput:
-    files = sorted(f.path.as_posix() for blueprint in plan.images for f in blueprint.files)
-    bake = [BakeTarget.of(bp.image) for bp in plan.images if bp.image.install is not None]
-    return RecipeOutput(files, bake)
+def remember(plan: RecipePlan, inputs: str, files: list[OutputFile]) -> Remembered:
+    findings: dict[str, list[str]] = {}
+    for blueprint in plan.images:
+        for finding in blueprint.findings:
+            findings.setdefault(str(finding), []).append(f"{blueprint.image.slug}:{blueprint.image.tag}")
+    return Remembered(
+        inputs=inputs,
+        files={file.path.as_posix(): (digest_of(file.content), file.executable) for file in files},
+        bake=[BakeTarget.of(bp.image) for bp in plan.images if bp.image.install is not None],
+        images=len(plan.images),
+        deployments=sum(len(blueprint.deployments) for blueprint in plan.images),
+        skipped=[f"{skipped.what}: {skipped.reason}" for skipped in plan.skipped],
+        findings=findings,
+    )
 
 
 def read_manifest(out: Path) -> dict[str, RecipeOutput]:
@@ -103,79 +159,3 @@ def _manifest_file(outputs: dict[str, RecipeOutput]) -> OutputFile:
         },
     }
     return OutputFile(MANIFEST, (json.dumps(body, indent=1) + "\n").encode())
-
-
-def _target(out: Path, path: PurePosixPath) -> Path:
-    """Where a generated file goes: always inside the output folder, under images/ or compose/."""
-    target = (out / path).resolve()
-    roots = [(out / top).resolve() for top in OUTPUT_ROOTS]
-    if path.is_absolute() or ".." in path.parts or not any(target.is_relative_to(r) for r in roots):
-        raise InputError("a generated path would land outside the output folder", value=str(path), file=out)
-    return target
-
-
-def write_outputs(out: Path, files: list[OutputFile], kept: set[str] | None = None) -> int:
-    """Write what changed, remove what is no longer generated; returns how many files were written."""
-    targets = [(file, _target(out, file.path)) for file in files]  # every path checked before any write
-    written = 0
-    for file, target in targets:
-        if _same(target, file):
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        try:
-            temporary.write_bytes(file.content)
-            temporary.chmod(0o755 if file.executable else 0o644)
-            temporary.replace(target)
-        except BaseException:
-            temporary.unlink(missing_ok=True)
-            raise
-        written += 1
-    expected = {file.path.as_posix() for file in files} | (kept or set())
-    for path in _on_disk(out):
-        if path not in expected:
-            (out / path).unlink()
-    _remove_empty_folders(out)
-    return written
-
-
-def _same(target: Path, file: OutputFile) -> bool:
-    try:
-        if bool(target.stat().st_mode & 0o100) != file.executable:
-            return False
-        return target.read_bytes() == file.content
-    except OSError:
-        return False
-
-
-def _on_disk(out: Path) -> list[str]:
-    found = []
-    for top in OUTPUT_ROOTS:
-        for folder, _, names in os.walk(out / top):
-            for name in names:
-                found.append((Path(folder) / name).relative_to(out).as_posix())
-    return sorted(found)
-
-
-def _remove_empty_folders(out: Path) -> None:
-    for top in OUTPUT_ROOTS:
-        for folder, _, _ in os.walk(out / top, topdown=False):  # deepest first, so parents empty in turn
-            path = Path(folder)
-            if path != out / top and not any(path.iterdir()):
-                path.rmdir()
-
-
-def stale_outputs(out: Path, files: list[OutputFile], kept: set[str] | None = None) -> list[str]:
-    """What differs between the generated files and the folder: changed, missing and extra paths."""
-    problems = []
-    for file in sorted(files, key=lambda f: f.path):
-        target = out / file.path
-        if not target.is_file():
-            problems.append(f"missing: {file.path}")
-        elif target.read_bytes() != file.content:
-            problems.append(f"changed: {file.path}")
-        elif bool(target.stat().st_mode & 0o100) != file.executable:
-            problems.append(f"mode: {file.path}")
-    expected = {file.path.as_posix() for file in files} | (kept or set())
-    problems += [f"not generated any more: {path}" for path in _on_disk(out) if path not in expected]
-    return problems

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path, PurePosixPath
 
 import pytest
 
-from factory import generate
+from factory import writer
 from factory.errors import InputError
 from factory.render.outputs import OutputFile
 from tests.conftest import ROOT, run_factory, tree_snapshot
@@ -48,17 +49,17 @@ def test_a_failed_write_leaves_whole_files_and_no_temporary_ones(
     files = plan_project(project).files()
     changed = [OutputFile(f.path, f.content + b"# new\n", f.executable) for f in files[:10]]
     before = tree_snapshot(scratch)
-    real_replace, calls = Path.replace, []
+    real_replace, calls = os.replace, []
 
-    def failing_replace(self: Path, target: Path) -> Path:
-        calls.append(self)
+    def failing_replace(source: str, target: str) -> None:
+        calls.append(source)
         if len(calls) == 5:
             raise OSError(28, "No space left on device")
-        return real_replace(self, target)
+        real_replace(source, target)
 
-    monkeypatch.setattr(Path, "replace", failing_replace)
+    monkeypatch.setattr(os, "replace", failing_replace)
     with pytest.raises(OSError, match="No space left"):
-        generate.write_outputs(scratch, changed)
+        writer.write_outputs(scratch, changed)
     after = tree_snapshot(scratch)
     for file in changed:
         path = file.path.as_posix()
@@ -83,7 +84,7 @@ def test_no_write_lands_outside_the_output_folder(scratch: Path) -> None:
     ]
     for file in outside:
         with pytest.raises(InputError, match="outside the output folder"):
-            generate.write_outputs(scratch, [file])
+            writer.write_outputs(scratch, [file])
     assert tree_snapshot(scratch) == before and not (scratch.parent / "escaped").exists()
 
 

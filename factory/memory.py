@@ -1,0 +1,123 @@
+"""What `factory generate` remembers between runs, so that a recipe whose inputs did not change is not
+planned and rendered again: per recipe, the digest of everything its files are made from, and what it
+generated (each file's digest, its bake targets, its counts and messages).
+
+The digest covers the recipe file, the tree's shared files (taxonomy, strategies), the catalog, the
+factory's own code and templates, the command's options, and any model files the recipe ships: output is
+a pure function of these. A remembered recipe is trusted only while every file it generated is still on
+disk with the digest it was written with; otherwise it is planned again. The memory lives in the output
+folder (.factory-cache/, never committed); deleting it only costs time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import factory
+from factory.files import write_text_atomic
+from factory.project import Project
+from factory.recipes.loader import LoadedRecipe
+from factory.render.outputs import BakeTarget
+
+CACHE = Path(".factory-cache") / "generate.json"
+
+
+@dataclass(frozen=True)
+class Remembered:
+    inputs: str  # the digest of what the recipe's files were made from
+    files: dict[str, tuple[str, bool]]  # path -> (sha256 of its content, executable)
+    bake: list[BakeTarget]
+    images: int
+    deployments: int
+    skipped: list[str]  # one line per combination left out, with why
+    findings: dict[str, list[str]]  # preflight finding -> the images it concerns
+
+
+def digest_of(content: bytes) -> str:
+    return hashlib.sha256(content).hexdigest()
+
+
+def shared_inputs(project: Project, nodes: int | None) -> str:
+    """The digest of what every recipe's output depends on besides the recipe itself."""
+    digest = hashlib.sha256(f"nodes={nodes}\0".encode())
+    package = Path(factory.__file__).parent
+    tree = project.tree.root
+    paths = [
+        *sorted(p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts),
+        project.catalog_path,
+        project.catalog_path.with_name("deviations.yaml"),
+        tree / "taxonomy.yaml",
+        *sorted((tree / "strategies").glob("*.yaml")),
+    ]
+    for path in paths:
+        if path.is_file():
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def recipe_inputs(project: Project, loaded: LoadedRecipe, shared: str) -> str:
+    digest = hashlib.sha256(shared.encode())
+    digest.update(project.relative(loaded.path).encode() + b"\0" + loaded.path.read_bytes())
+    if loaded.bundled_model_dir:
+        for path in sorted(loaded.bundled_model_dir.rglob("*")):
+            if path.is_file():
+                digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def intact(out: Path, entry: Remembered) -> bool:
+    """Every file the recipe generated is on disk as it was written."""
+    base = str(out)
+    for path, (expected, executable) in entry.files.items():
+        try:
+            with open(os.path.join(base, path), "rb") as handle:
+                if bool(os.fstat(handle.fileno()).st_mode & 0o100) != executable:
+                    return False
+                if digest_of(handle.read()) != expected:
+                    return False
+        except OSError:
+            return False
+    return True
+
+
+def read_memory(out: Path) -> dict[str, Remembered]:
+    try:
+        data = json.loads((out / CACHE).read_text(encoding="utf-8"))
+        return {
+            recipe_id: Remembered(
+                inputs=entry["inputs"],
+                files={path: (value[0], bool(value[1])) for path, value in entry["files"].items()},
+                bake=[BakeTarget(**{**target, "tags": tuple(target["tags"])}) for target in entry["bake"]],
+                images=entry["images"],
+                deployments=entry["deployments"],
+                skipped=list(entry["skipped"]),
+                findings={k: list(v) for k, v in entry["findings"].items()},
+            )
+            for recipe_id, entry in data["recipes"].items()
+        }
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
+def write_memory(out: Path, entries: dict[str, Remembered]) -> None:
+    body = {
+        "comment": "written by `factory generate` to skip unchanged recipes; safe to delete",
+        "recipes": {recipe_id: _as_data(entry) for recipe_id, entry in sorted(entries.items())},
+    }
+    write_text_atomic(out / CACHE, json.dumps(body, separators=(",", ":")))
+
+
+def _as_data(entry: Remembered) -> dict[str, object]:
+    return {
+        "inputs": entry.inputs,
+        "files": entry.files,
+        "bake": [asdict(target) for target in entry.bake],
+        "images": entry.images,
+        "deployments": entry.deployments,
+        "skipped": entry.skipped,
+        "findings": entry.findings,
+    }

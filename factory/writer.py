@@ -1,0 +1,121 @@
+"""Writing generated files into the output folder, and comparing them with what is there.
+
+A file whose bytes and mode are already right is left alone; others are written beside their place and
+renamed over it (a reader never sees half a file, a failure leaves no temporary file); files no longer
+generated are removed, empty folders with them. Every path is checked to stay inside the output folder,
+under images/ or compose/, before anything is written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable
+from pathlib import Path, PurePosixPath
+
+from factory.errors import InputError
+from factory.render.outputs import OUTPUT_ROOTS, OutputFile
+
+
+def target(out: Path, path: PurePosixPath) -> Path:
+    """Where a generated file goes: always inside the output folder, under images/ or compose/. The path is
+    checked as text (relative, no `..`, no empty or dot-only part, an output root first), which needs no
+    file system call: the folders under the roots are the factory's own."""
+    parts = path.parts
+    if (
+        path.is_absolute()
+        or len(parts) < 2
+        or parts[0] not in OUTPUT_ROOTS
+        or any(part in ("", ".", "..") or "\0" in part for part in parts)
+    ):
+        raise InputError("a generated path would land outside the output folder", value=str(path), file=out)
+    return out / path
+
+
+def write_outputs(out: Path, files: list[OutputFile], keep: Iterable[str] = ()) -> int:
+    """Write what changed and remove what is no longer generated (paths in `keep` aside); returns how many
+    files were written."""
+    targets = [(file, target(out, file.path)) for file in files]  # every path checked before any write
+    written = 0
+    folders: set[Path] = set()
+    for file, path in targets:
+        if same(path, file):
+            continue
+        if path.parent not in folders:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            folders.add(path.parent)
+        _replace_atomically(path, file)
+        written += 1
+    remove_extra(out, {file.path.as_posix() for file in files} | set(keep))
+    return written
+
+
+def _replace_atomically(path: Path, file: OutputFile) -> None:
+    """Write beside the file, then rename over it: a reader sees the old file or the new one, never half."""
+    temporary = f"{path.parent}/.{path.name}.{os.getpid()}.tmp"
+    mode = 0o755 if file.executable else 0o644
+    try:
+        handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        try:
+            view = memoryview(file.content)
+            while view:
+                view = view[os.write(handle, view) :]
+            os.fchmod(handle, mode)  # the umask may have narrowed it
+        finally:
+            os.close(handle)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def remove_extra(out: Path, expected: set[str]) -> None:
+    """Remove every file under the output roots that is not expected, then the folders that emptied."""
+    emptied: set[str] = set()
+    for path in on_disk(out):
+        if path not in expected:
+            os.unlink(os.path.join(out, path))
+            emptied.add(os.path.dirname(path))
+    for folder in sorted(emptied, key=len, reverse=True):  # deepest first, so parents empty in turn
+        while folder and folder not in OUTPUT_ROOTS:
+            try:
+                os.rmdir(os.path.join(out, folder))
+            except OSError:  # not empty: neither are its parents
+                break
+            folder = os.path.dirname(folder)
+
+
+def same(path: Path, file: OutputFile) -> bool:
+    try:
+        if bool(path.stat().st_mode & 0o100) != file.executable:
+            return False
+        return path.read_bytes() == file.content
+    except OSError:
+        return False
+
+
+def on_disk(out: Path) -> list[str]:
+    """Every file under the output roots, as a path relative to the output folder."""
+    found = []
+    prefix = len(str(out)) + 1
+    for top in OUTPUT_ROOTS:
+        for folder, _, names in os.walk(os.path.join(out, top)):
+            base = folder[prefix:]
+            found += [f"{base}/{name}" for name in names]
+    return sorted(found)
+
+
+def stale_outputs(out: Path, files: list[OutputFile], keep: Iterable[str] = ()) -> list[str]:
+    """What differs between the generated files and the folder: changed, missing and extra paths."""
+    problems = []
+    for file in sorted(files, key=lambda f: f.path):
+        path = out / file.path
+        if not path.is_file():
+            problems.append(f"missing: {file.path}")
+        elif path.read_bytes() != file.content:
+            problems.append(f"changed: {file.path}")
+        elif bool(path.stat().st_mode & 0o100) != file.executable:
+            problems.append(f"mode: {file.path}")
+    expected = {file.path.as_posix() for file in files} | set(keep)
+    return problems + [f"not generated any more: {path}" for path in on_disk(out) if path not in expected]
