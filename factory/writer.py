@@ -51,22 +51,39 @@ def write_outputs(out: Path, files: list[OutputFile], keep: Iterable[str] = ()) 
 
 
 def _replace_atomically(path: Path, file: OutputFile) -> None:
-    """Write beside the file, then rename over it: a reader sees the old file or the new one, never half."""
-    temporary = f"{path.parent}/.{path.name}.{os.getpid()}.tmp"
+    """Replace a file by writing beside it and renaming over it: a reader sees the old file or the new one,
+    never half. A file that does not exist yet is created in place (nothing to see half of), which saves a
+    rename per file on a cold run; on any failure the partial file is removed either way."""
     mode = 0o755 if file.executable else 0o644
     try:
-        handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        _write_new(str(path), file.content, mode)
+        return
+    except FileExistsError:
+        pass
+    temporary = f"{path.parent}/.{path.name}.{os.getpid()}.tmp"
+    _write_new(temporary, file.content, mode)
+    try:
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def _write_new(path: str, content: bytes, mode: int) -> None:
+    """Create `path` (it must not exist) with `content`; remove it again if anything fails."""
+    handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
         try:
-            view = memoryview(file.content)
+            view = memoryview(content)
             while view:
                 view = view[os.write(handle, view) :]
             os.fchmod(handle, mode)  # the umask may have narrowed it
         finally:
             os.close(handle)
-        os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(OSError):
-            os.unlink(temporary)
+            os.unlink(path)
         raise
 
 
