@@ -69,7 +69,9 @@ def conformance(session: nox.Session) -> None:
     """Compare every rendering of the upstream tree with the site's own JSON API; prints the table."""
     tree, oracle = os.environ.get("FACTORY_UPSTREAM_RECIPES"), os.environ.get("FACTORY_RECIPES_ORACLE")
     if not tree or not oracle:
-        session.error("set FACTORY_UPSTREAM_RECIPES (a recipes tree) and FACTORY_RECIPES_ORACLE (its build-api)")
+        session.error(
+            "set FACTORY_UPSTREAM_RECIPES (a recipes tree) and FACTORY_RECIPES_ORACLE (its build-api)"
+        )
     with tempfile.TemporaryDirectory(prefix="factory-oracle-") as out:
         session.run(oracle, tree, out, external=True, silent=True)
         factory(session, "conformance", "--recipes", tree, "--oracle", out, *session.posargs)
