@@ -12,8 +12,9 @@ from dataclasses import dataclass, replace
 
 from factory.catalog.schema import Server, Vendor
 from factory.errors import FactoryError, InputError
+from factory.lock.model import Release
 from factory.plan.deployments import PlannedCommands, common_env, default_command, plan_commands
-from factory.plan.images import plan_image_spec, weights_of
+from factory.plan.images import locked_release, plan_image_spec, weights_of
 from factory.plan.models import Deployment, ImagePlan, Skipped
 from factory.plan.omni import plan_omni
 from factory.plan.pins import pinned_vllm
@@ -100,7 +101,8 @@ def plan_project(project: Project, nodes: int | None = None) -> Blueprints:
 def plan_recipe(project: Project, loaded: LoadedRecipe, nodes: int | None = None) -> RecipePlan:
     """Every image of one recipe (variant x hardware) with its deployments, and what is left out."""
     recipe, tree = loaded.recipe, project.tree
-    versions = {brand: pinned_vllm(loaded, project.catalog, brand) for brand in _brands(tree)}
+    for brand in _brands(tree):  # a bad pin is the recipe's problem even before the lock is made
+        pinned_vllm(loaded, project.catalog, brand)
     images: list[Blueprint] = []
     skipped: list[Skipped] = []
     only = project.catalog.only_hardware.get(loaded.recipe_id)
@@ -126,8 +128,8 @@ def plan_recipe(project: Project, loaded: LoadedRecipe, nodes: int | None = None
                 ]
                 continue
             if combos or recipe.is_omni:
-                version = versions[tree.taxonomy.hardware_profiles[hardware].brand]
-                images.append(finish(project, loaded, variant, hardware, combos, version))
+                release = locked_release(project, loaded, variant, hardware)
+                images.append(finish(project, loaded, variant, hardware, combos, release))
     return RecipePlan(loaded, tuple(images), tuple(skipped))
 
 
@@ -160,7 +162,7 @@ def finish(
     variant: str,
     hardware: str,
     combos: list[Combination],
-    version: str | None,
+    release: Release,
 ) -> Blueprint:
     """Plan one image and everything that follows from it, once."""
     model = loaded.recipe.variants[variant].model_id or loaded.recipe.model.model_id
@@ -168,9 +170,9 @@ def finish(
     if loaded.recipe.is_omni:
         planned = plan_omni(project, loaded, variant, hardware, weights)
     else:
-        planned = [plan_commands(project, loaded, combo, version, weights) for combo in combos]
+        planned = [plan_commands(project, loaded, combo, release.vllm, weights) for combo in combos]
     spec = plan_image_spec(
-        project, loaded, variant, hardware, version, default_command(planned, weights), common_env(planned)
+        project, loaded, variant, hardware, release, default_command(planned, weights), common_env(planned)
     )
     if loaded.recipe.is_omni:
         why = "vllm-omni serving: the factory's images install vLLM without vllm-omni"

@@ -111,6 +111,23 @@ def cmd_list(project: Project, args: argparse.Namespace) -> int:
     return _report_problems(blueprints.problems)
 
 
+def cmd_lock(project: Project, args: argparse.Namespace) -> int:
+    from factory.lock.locker import lock
+    from factory.settings import load_settings
+
+    upgrade = args.upgrade if args.upgrade != "" else "*"
+    result = lock(project, load_settings(project.root), upgrade, report=say)
+    say(
+        f"locked {result.releases} releases ({result.kept} kept, {len(result.moved)} moved);"
+        f" {result.sets_resolved} sets resolved, {result.sets_kept} kept: {project.lock_path}"
+    )
+    for line in result.moved:
+        say(f"  moved {line}")
+    for line in [*result.none, *result.unresolvable]:
+        warn(f"  not buildable: {line}")
+    return 0
+
+
 def cmd_testbench_settings(project: Project, args: argparse.Namespace) -> int:
     from factory.settings import write_testbench_settings
 
@@ -226,6 +243,11 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: FACTORY_RECIPES, else the project's recipes/)",
     )
     tree.add_argument("--out", type=Path, help="where images/ and compose/ are (default: the project folder)")
+    tree.add_argument(
+        "--lock",
+        type=Path,
+        help="the lock file (default: recipes/lock/vllm.lock.json for the project's recipes, else in --out)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     original = sub.add_parser
 
@@ -254,6 +276,18 @@ def build_parser() -> argparse.ArgumentParser:
     rend.add_argument("--json", action="store_true", help="JSON lines (the only format; for clarity)")
     rend.add_argument("--nodes", type=int, help="node count for multi-node strategies")
     rend.set_defaults(func=cmd_renderings)
+
+    lck = sub.add_parser(
+        "lock",
+        help="choose a vLLM release per recipe, variant and install; lock every dependency with hashes",
+    )
+    lck.add_argument(
+        "--upgrade",
+        nargs="?",
+        const="",
+        help="move versions on purpose: every recipe, or the one named (default: keep what is locked)",
+    )
+    lck.set_defaults(func=cmd_lock)
 
     conf = sub.add_parser(
         "conformance", help="compare every rendering with the upstream site's JSON API for the same tree"
@@ -358,7 +392,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         root = args.root or find_root(Path.cwd())
-        project = load_project(root, getattr(args, "recipes", None), getattr(args, "out", None))
+        project = load_project(
+            root, getattr(args, "recipes", None), getattr(args, "out", None), getattr(args, "lock", None)
+        )
         result: int = args.func(project, args)
         return result
     except FactoryError as exc:

@@ -14,6 +14,7 @@ from pathlib import Path, PurePosixPath
 
 from factory.blueprint import RecipePlan, plan_recipe
 from factory.errors import FactoryError
+from factory.lock.store import inputs_digest
 from factory.memory import (
     Remembered,
     digest_of,
@@ -111,12 +112,24 @@ def generate(project: Project, check: bool = False, nodes: int | None = None) ->
     expected |= {file.path.as_posix() for file in shared_files}
     count = len(expected) - len(kept)
     if check:
-        stale = stale_outputs(project.out, [*fresh, *shared_files], expected)
+        stale = lock_problems(project) + stale_outputs(project.out, [*fresh, *shared_files], expected)
         return Generated(entries, problems, count, stale, True, planned=planned, kept=kept)
     written = write_outputs(project.out, [*fresh, *shared_files], expected)
     if planned or set(entries) != set(memory):
         write_memory(project.out, entries)
     return Generated(entries, problems, count, [], False, written, planned, kept)
+
+
+def lock_problems(project: Project) -> list[str]:
+    """A missing lock, or one made from other recipes or another catalog, is stale output too. (The check
+    compares digests only: it never asks the package index, so a new upstream release cannot fail it.)"""
+    if project.lock is None:
+        return [f"missing: {project.lock_path} (run `factory lock`)"]
+    if project.lock.inputs != inputs_digest(project.tree.root, project.catalog_path.parent):
+        return [
+            f"stale: {project.lock_path} was made from other recipes or another catalog (run `factory lock`)"
+        ]
+    return []
 
 
 def remember(plan: RecipePlan, inputs: str, files: list[OutputFile]) -> Remembered:

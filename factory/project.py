@@ -14,6 +14,8 @@ from pathlib import Path
 from factory.catalog.loader import load_catalog
 from factory.catalog.schema import Catalog
 from factory.errors import InputError
+from factory.lock.model import Lock
+from factory.lock.store import LOCK_NAME, read_lock
 from factory.recipes.loader import RecipeTree, load_tree
 
 
@@ -23,6 +25,8 @@ class Project:
     tree: RecipeTree
     catalog: Catalog
     out: Path  # where images/ and compose/ are generated
+    lock_path: Path  # the vLLM lock: beside the project's recipes, else in the output folder
+    lock: Lock | None  # None until `factory lock` has written one
 
     @property
     def catalog_path(self) -> Path:
@@ -58,9 +62,15 @@ def find_root(start: Path) -> Path:
     )
 
 
-def load_project(root: Path, recipes: Path | None = None, out: Path | None = None) -> Project:
+def load_project(
+    root: Path, recipes: Path | None = None, out: Path | None = None, lock: Path | None = None
+) -> Project:
     """The project at `root`: recipes from `recipes` (else FACTORY_RECIPES, else root/recipes), output to
     `out` (else root)."""
     chosen = recipes or (Path(os.environ["FACTORY_RECIPES"]) if os.environ.get("FACTORY_RECIPES") else None)
     tree = load_tree(chosen or root / "recipes")
-    return Project(root, tree, load_catalog(root / "catalog" / "hardware.yaml"), out or root)
+    out = out or root
+    own_tree = tree.root.resolve() == (root / "recipes").resolve()
+    lock_path = lock or ((root / "recipes" if own_tree else out) / "lock" / LOCK_NAME)
+    catalog = load_catalog(root / "catalog" / "hardware.yaml")
+    return Project(root, tree, catalog, out, lock_path, read_lock(lock_path))

@@ -28,6 +28,11 @@ class BuildSettings(Strict):
     pip_conf: Path | None = Field(
         None, description="a pip.conf with index URLs and credentials (a BuildKit secret)"
     )
+    uv_env: Path | None = Field(
+        None,
+        description="an env file for uv (UV_INDEX_URL=..., UV_INDEX_<NAME>_PASSWORD=...), a BuildKit secret:"
+        " uv does not read pip.conf",
+    )
     find_links: Path | None = Field(None, description="a folder of wheels pip may install from")
     pip_extra_index_url: str | None = Field(
         None,
@@ -40,6 +45,7 @@ ENV_NAMES = {
     "base_image": "FACTORY_BASE_IMAGE",
     "ca_bundle": "FACTORY_CA_BUNDLE",
     "pip_conf": "FACTORY_PIP_CONF",
+    "uv_env": "FACTORY_UV_ENV",
     "find_links": "FACTORY_FIND_LINKS",
     "pip_extra_index_url": "FACTORY_PIP_EXTRA_INDEX_URL",
     "registry": "FACTORY_REGISTRY",
@@ -70,7 +76,7 @@ def load_settings(root: Path, overrides: dict[str, object] | None = None) -> Bui
             values[field] = os.environ[env_name]
     values.update({k: v for k, v in (overrides or {}).items() if v is not None})
     settings = BuildSettings.model_validate(values)
-    for field in ("ca_bundle", "pip_conf", "find_links"):
+    for field in ("ca_bundle", "pip_conf", "uv_env", "find_links"):
         value = getattr(settings, field)
         if value is not None and not value.exists():
             raise InputError(

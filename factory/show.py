@@ -22,12 +22,15 @@ def install_commands(image: ImagePlan) -> list[str]:
     if install.kind == "vendor-image":
         return [f"docker pull {install.base_image}  # vLLM {image.vllm_version} preinstalled"]
     extra = f" --extra-index-url {install.extra_index_url}" if install.extra_index_url else ""
-    lines = [f"pip install {' '.join(image.pip_requirements)}{extra}"]
-    if install.remove_packages:
-        lines.append(
-            f"pip uninstall -y {' '.join(install.remove_packages)}  # {install.remove_packages_reason}"
-        )
-    return lines
+    folder = image.directory / "requirements"
+    return [
+        f"python{install.python} -m venv /opt/vllm && . /opt/vllm/bin/activate",
+        f"pip install --require-hashes --no-deps --target /tmp/uv -r {folder}/uv.txt",
+        f"/tmp/uv/bin/uv pip install --require-hashes --no-deps{extra} -r {folder}/heavy.txt"
+        f"  # torch {install.torch}" + (f", CUDA {install.cuda}" if install.cuda else ""),
+        f"/tmp/uv/bin/uv pip install --require-hashes --no-deps{extra} -r {folder}/requirements.txt"
+        f"  # {install.package}=={image.vllm_version}: the locked set {install.lock_key}",
+    ]
 
 
 def _quote(arg: str) -> str:

@@ -8,15 +8,11 @@ variable "REGISTRY" {
 }
 
 group "default" {
-  targets = ["tiny-random-llama-vllm0-32-0-cpu-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-gb200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b300-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-gb300-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi300x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi325x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi355x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi350x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-cpu-default"]
+  targets = ["tiny-random-llama-vllm0-32-0-cpu-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b300-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi300x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi325x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi355x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi350x-default"]
 }
 
 group "amd64" {
-  targets = ["tiny-random-llama-vllm0-32-0-cpu-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b300-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi300x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi325x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi355x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi350x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-cpu-default"]
-}
-
-group "arm64" {
-  targets = ["kimi-linear-48b-a3b-instruct-vllm0-11-2-gb200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-gb300-default"]
+  targets = ["tiny-random-llama-vllm0-32-0-cpu-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b300-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi300x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi325x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi355x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi350x-default"]
 }
 
 group "b200" {
@@ -28,15 +24,7 @@ group "b300" {
 }
 
 group "cpu" {
-  targets = ["tiny-random-llama-vllm0-32-0-cpu-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-cpu-default"]
-}
-
-group "gb200" {
-  targets = ["kimi-linear-48b-a3b-instruct-vllm0-11-2-gb200-default"]
-}
-
-group "gb300" {
-  targets = ["kimi-linear-48b-a3b-instruct-vllm0-11-2-gb300-default"]
+  targets = ["tiny-random-llama-vllm0-32-0-cpu-default"]
 }
 
 group "h100" {
@@ -67,49 +55,35 @@ target "tiny-random-llama-vllm0-32-0-cpu-default" {
   context    = "images/tiny-random-llama/vllm0.32.0-cpu-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default", "${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default-36c4555a4b8c"]
+  tags       = ["${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default", "${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default-48e6769bfad9"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-h100-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h100-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h100-default-6776d8db0583"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h100-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h100-default-653efb8135ed"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-h200-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-h200-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h200-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h200-default-89c9a922af7b"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h200-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h200-default-2ee68afa30e2"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-b200-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b200-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b200-default-4188d0159c81"]
-}
-
-target "kimi-linear-48b-a3b-instruct-vllm0-11-2-gb200-default" {
-  context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-gb200-default"
-  dockerfile = "Dockerfile"
-  platforms  = ["linux/arm64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-gb200-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-gb200-default-94239d266c02"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b200-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b200-default-b164e6b13cea"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-b300-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-b300-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b300-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b300-default-1dacddeee197"]
-}
-
-target "kimi-linear-48b-a3b-instruct-vllm0-11-2-gb300-default" {
-  context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-gb300-default"
-  dockerfile = "Dockerfile"
-  platforms  = ["linux/arm64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-gb300-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-gb300-default-90b334a73d3c"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b300-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b300-default-ffc0e2211153"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi300x-default" {
@@ -138,11 +112,4 @@ target "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi350x-default" {
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
   tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi350x-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi350x-default-bb902291eb06"]
-}
-
-target "kimi-linear-48b-a3b-instruct-vllm0-11-2-cpu-default" {
-  context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-cpu-default"
-  dockerfile = "Dockerfile"
-  platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-cpu-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-cpu-default-f583a9921147"]
 }

@@ -37,7 +37,7 @@ def check_generated(root: Path, blueprint: Blueprint) -> None:
 def stage(root: Path, image: ImagePlan, settings: BuildSettings, workdir: Path) -> StagedContext:
     directory = workdir / image.tag
     shutil.copytree(root / image.directory, directory)
-    if settings.find_links:
+    if settings.find_links and image.install and image.install.local_wheels:
         for wheel in sorted(settings.find_links.glob("*.whl")):
             _link_or_copy(wheel, directory / "wheels" / wheel.name)
     build_args = {}
@@ -48,7 +48,8 @@ def stage(root: Path, image: ImagePlan, settings: BuildSettings, workdir: Path) 
     if settings.pip_extra_index_url is not None:
         build_args["PIP_EXTRA_INDEX_URL"] = settings.pip_extra_index_url
     secrets = {}
-    for secret_id, source in (("cabundle", settings.ca_bundle), ("pipconf", settings.pip_conf)):
+    sources = (("cabundle", settings.ca_bundle), ("pipconf", settings.pip_conf), ("uvenv", settings.uv_env))
+    for secret_id, source in sources:
         # A declared secret must exist; an empty file means "none" (the Dockerfile checks -s).
         target = workdir / f"{image.tag}.{secret_id}"
         if source:

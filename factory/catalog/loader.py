@@ -39,9 +39,9 @@ def load_catalog(path: Path) -> Catalog:
                 valid=catalog.vendors,
             )
         install = catalog.installs[hardware.install]
-        if install.kind == "pip" and hardware.base_image is None:
+        if install.kind == "pip" and hardware.base_image is None and not install.base_images:
             raise InputError(
-                "a pip install needs a base image",
+                "a pip install needs a base image: the hardware's, or the install's by CUDA version",
                 file=path,
                 field=f"hardware.{name}.base_image",
             )

@@ -41,23 +41,21 @@ class WheelsFrom(Sourced):
     version: str
 
 
-class TorchPin(Sourced):
-    vllm: str
-    requirement: str  # e.g. "torch==2.13.0+cpu"
-
-
 class Install(Strict):
     """How vLLM gets into an image: pip into a venv, or preinstalled in a vendor image."""
 
     kind: Literal["pip", "vendor-image"]
     description: str
     package: str = "vllm"
-    torch_backend: str  # cu128, rocm7.0, cpu: what the torch build targets
-    python: str | None = None  # the interpreter the install needs, when it is stricter than the base
+    accelerator: Literal["cuda", "rocm", "cpu"]  # what the torch build targets
+    python: str | None = None  # pip installs: the interpreter the venv uses (the lock resolves for it)
     system_packages: list[str] = []
     extra_index_url: str | None = None
-    torch: list[TorchPin] = []
-    remove_packages: list[str] = []  # wheels that clash with the torch build and must go (with why)
+    # CUDA installs: the base image for the CUDA version of the locked torch build (12.8, 12.9, 13.0).
+    base_images: dict[str, str] = {}
+    # May take wheels from the find_links setting: a torch build no index this machine reaches serves (+cpu).
+    local_wheels: bool = False
+    remove_packages: list[str] = []  # wheels that clash with the torch build: never in the locked set
     remove_packages_reason: str | None = None
     images: list[PublishedImage] = []
     arch_coverage: list[ArchCoverage] = []
@@ -176,6 +174,7 @@ class Catalog(Strict):
     # The recipe built for a hardware when none is named (nox -s build-<hw>, CI, the benchmark):
     # `default`, or the hardware's own entry.
     build_recipes: dict[str, str]
+    uv: str  # the uv release images install their locked set with (the lock holds its hashes)
     # Where the factory's commands differ from the upstream site's (catalog/deviations.yaml).
     deviations: list[DeviationRule] = []
 

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import re
 
-from packaging.version import Version
-
 from factory import image_paths
-from factory.catalog.schema import Catalog, Hardware, Install
-from factory.errors import RefusedError
+from factory.lock.model import Release, set_key, split_heavy, uv_key
+from factory.lock.store import set_text
 from factory.plan import naming
 from factory.plan.models import ImageSpec, InstallSpec
 from factory.project import Project
@@ -27,12 +25,25 @@ def weights_of(project: Project, loaded: LoadedRecipe, model_id: str) -> tuple[s
     return f"{image_paths.BUNDLED_MODELS}/{model_id}", project.relative(loaded.bundled_model_dir)
 
 
+def locked_release(project: Project, loaded: LoadedRecipe, variant: str, hardware_key: str) -> Release:
+    """The release the lock holds for the image's install, or why there is none."""
+    install = project.catalog.hardware[hardware_key].install
+    if project.lock is None:
+        return Release(vllm=None, why="no lock yet: run `factory lock`", constraint="")
+    found = project.lock.releases.get(loaded.recipe_id, {}).get(variant, {}).get(install)
+    if found is None:
+        return Release(
+            vllm=None, why=f"the lock holds no release for {install}: run `factory lock`", constraint=""
+        )
+    return found
+
+
 def plan_image_spec(
     project: Project,
     loaded: LoadedRecipe,
     variant: str,
     hardware_key: str,
-    version: str | None,
+    release: Release,
     default_command: list[str],
     env: dict[str, str],
 ) -> ImageSpec:
@@ -40,7 +51,7 @@ def plan_image_spec(
     hardware = project.catalog.hardware[hardware_key]
     model_id = recipe.variants[variant].model_id or recipe.model.model_id
     weights, bundled = weights_of(project, loaded, model_id)
-    install, unbuildable = install_spec(project.catalog, hardware_key, version)
+    install, unbuildable = install_spec(project, hardware_key, release)
     image_slug = naming.slug(loaded, model_id)
     return ImageSpec(
         recipe_file=project.relative(loaded.path),
@@ -56,72 +67,60 @@ def plan_image_spec(
         platform=hardware.platform,
         gpu_arch=hardware.gpu_arch,
         gpus_per_node=hardware.gpus_per_node,
-        vllm_version=version,
+        vllm_version=release.vllm,
         install=install,
         unbuildable=unbuildable,
         env=env,
         default_command=default_command,
         start_period_s=start_period(str(recipe.model.parameter_count or "")),
         repository=naming.repository(image_slug),
-        tag=naming.tag(version, hardware_key, variant, loaded),
+        tag=naming.tag(release.vllm, hardware_key, variant, loaded),
     )
 
 
 def install_spec(
-    catalog: Catalog, hardware_key: str, version: str | None
+    project: Project, hardware_key: str, release: Release
 ) -> tuple[InstallSpec | None, str | None]:
-    """How the image installs vLLM, or why it cannot be built (no version, no vendor image, no torch)."""
-    if version is None:
-        return None, "no exact vLLM version: the recipe pins none (the lock resolves one)"
-    hardware = catalog.hardware[hardware_key]
-    install = catalog.installs[hardware.install]
-    try:
-        return (
-            InstallSpec(
-                kind=install.kind,
-                package=install.package,
-                torch_requirement=torch_requirement(install, version, hardware_key),
-                extra_index_url=install.extra_index_url,
-                remove_packages=install.remove_packages,
-                remove_packages_reason=install.remove_packages_reason,
-                system_packages=install.system_packages,
-                base_image=base_image(hardware, install, version, hardware_key),
-            ),
-            None,
-        )
-    except RefusedError as exc:
-        return None, str(exc)
-
-
-def torch_requirement(install: Install, version: str, hardware_key: str) -> str | None:
-    if not install.torch:
-        return None
-    for pin in install.torch:
-        if pin.vllm == version:
-            return pin.requirement
-    raise RefusedError(
-        f"no torch build recorded for {install.package}=={version} ({hardware_key}); the catalog knows "
-        f"{', '.join(p.vllm for p in install.torch)}"
+    """How the image installs vLLM, from the lock alone, or why it cannot be built here."""
+    if release.vllm is None:
+        return None, release.why
+    hardware = project.catalog.hardware[hardware_key]
+    install = project.catalog.installs[hardware.install]
+    common = {
+        "kind": install.kind,
+        "package": install.package,
+        "python": install.python,
+        "extra_index_url": install.extra_index_url,
+        "system_packages": install.system_packages,
+    }
+    if install.kind == "vendor-image":
+        if release.base_image is None:
+            return None, f"no vendor image with vLLM {release.vllm} is known for {hardware_key}"
+        return InstallSpec(**common, base_image=release.base_image), None
+    assert project.lock is not None and install.python is not None
+    key = set_key(install.package, release.vllm, hardware.platform, install.accelerator, install.python)
+    locked = project.lock.sets.get(key)
+    uv = project.lock.sets.get(uv_key(project.catalog.uv, hardware.platform))
+    if locked is None or uv is None or uv.requirements is None:
+        return None, f"the lock has no locked set {key}: run `factory lock`"
+    if locked.unresolvable or locked.requirements is None:
+        return None, f"the locked set {key} cannot be resolved: {locked.unresolvable}"
+    base = hardware.base_image or install.base_images.get(locked.cuda or "")
+    if base is None:
+        return None, f"no base image for CUDA {locked.cuda} in the catalog"
+    heavy, rest = split_heavy(set_text(project.lock_path, locked.requirements), locked.heavy)
+    spec = InstallSpec(
+        **common,
+        base_image=base,
+        lock_key=key,
+        local_wheels=install.local_wheels,
+        torch=locked.torch,
+        cuda=locked.cuda,
+        uv_requirements=set_text(project.lock_path, uv.requirements),
+        heavy_requirements=heavy,
+        requirements=rest,
     )
-
-
-def base_image(hardware: Hardware, install: Install, version: str, hardware_key: str) -> str:
-    if install.kind == "pip":
-        assert hardware.base_image is not None  # the catalog loader checks this
-        return hardware.base_image
-    for published in install.images:
-        if published.vllm == version:
-            return published.image
-    known = ", ".join(f"{p.vllm} -> {p.image}" for p in install.images) or "(none)"
-    wheels = install.wheels_from
-    if wheels and Version(version) < Version(wheels.version):
-        why = f"{wheels.source}, so vLLM {version} needs a vendor image with it preinstalled"
-    else:
-        why = "the factory does not build ROCm images from the wheel index yet"
-    raise RefusedError(
-        f"{hardware_key}: no vendor image with vLLM {version} is recorded in the catalog; {why}"
-        f" (known: {known})"
-    )
+    return spec, None
 
 
 def start_period(parameter_count: str | None) -> int:

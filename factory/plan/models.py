@@ -27,17 +27,17 @@ class InstallSpec(Frozen):
 
     kind: str  # pip, vendor-image
     package: str
-    torch_requirement: str | None
+    python: str | None  # pip installs: the venv's interpreter
     extra_index_url: str | None
-    remove_packages: list[str]
-    remove_packages_reason: str | None
     system_packages: list[str]
     base_image: str
-
-    @property
-    def pip_remove_command(self) -> str:
-        """Removal in the install's own layer, so the removed files never reach the image."""
-        return f"pip uninstall -y {' '.join(self.remove_packages)}" if self.remove_packages else "true"
+    lock_key: str | None = None  # pip installs: the locked set installed
+    local_wheels: bool = False  # takes wheels from the find_links setting (the +cpu torch)
+    torch: str | None = None
+    cuda: str | None = None
+    uv_requirements: str = ""  # uv, hash-locked, which the install step bootstraps
+    heavy_requirements: str = ""  # torch and the CUDA libraries it pulls in: the first, shared layer
+    requirements: str = ""  # the rest of the locked set: vLLM and its other dependencies
 
 
 class ImageSpec(Frozen):
@@ -82,14 +82,6 @@ class ImageSpec(Frozen):
     def model_source(self) -> str:
         """Which Dockerfile part places the model: `bundled` copies it in, `hub` leaves it to the cache."""
         return "bundled" if self.bundled_model_src else "hub"
-
-    @property
-    def pip_requirements(self) -> list[str]:
-        assert self.install is not None and self.vllm_version is not None
-        return [
-            f"{self.install.package}=={self.vllm_version}",
-            *filter(None, [self.install.torch_requirement]),
-        ]
 
 
 class ImagePlan(ImageSpec):

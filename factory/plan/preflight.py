@@ -35,7 +35,7 @@ def preflight(project: Project, image: ImageSpec, roles: Sequence[NodeRole] = ()
                 Finding(
                     "warning",
                     f"{image.hardware} is {hardware.gpu_arch}, but vLLM {image.vllm_version}'s "
-                    f"{install.torch_backend} "
+                    f"{install.accelerator} "
                     f"build covers only {', '.join(coverage.archs)}: its kernels may fail on this GPU",
                     coverage.source,
                 )

@@ -53,6 +53,7 @@ def image_outputs(
         OutputFile(base / "Dockerfile", render_dockerfile(image, inputs_hash, server).encode()),
         OutputFile(base / "factory-serve", image_support_file("factory-serve"), executable=True),
         OutputFile(base / "image_info.py", image_support_file("image_info.py")),
+        *_requirements(base, image),
         # Local find-links folder for the pip step; a build may put wheels here.
         OutputFile(base / "wheels" / ".keep", b""),
     ]
@@ -61,6 +62,19 @@ def image_outputs(
         for name, content in bundled_model_files(model_folder).items()
     ]
     return files
+
+
+def _requirements(base: PurePosixPath, image: ImageSpec) -> list[OutputFile]:
+    """The locked set a pip install installs, as the Dockerfile mounts it: uv, then torch's layer, then the rest."""
+    install = image.install
+    if install is None or install.kind != "pip":
+        return []
+    header = f"# DO NOT EDIT: copied by `factory generate` from the lock ({install.lock_key}).\n"
+    return [
+        OutputFile(base / "requirements" / "uv.txt", (header + install.uv_requirements).encode()),
+        OutputFile(base / "requirements" / "heavy.txt", (header + install.heavy_requirements).encode()),
+        OutputFile(base / "requirements" / "requirements.txt", (header + install.requirements).encode()),
+    ]
 
 
 def compose_outputs(plan: Deployment, server: Server) -> list[OutputFile]:

@@ -1,0 +1,108 @@
+"""The lock file's shape: releases chosen per recipe, variant and install, and the locked dependency sets."""
+
+from __future__ import annotations
+
+import re
+
+from factory.models_base import Strict
+
+HEAVY = re.compile(r"^(torch|triton|nvidia-.*|cuda-.*|pytorch-triton.*)$")  # slow-moving, gigabytes
+_REQUIREMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==")
+_CUDA_RUNTIME = re.compile(r"^nvidia-cuda-runtime(?:-cu\d+)?==(?P<major>\d+)\.(?P<minor>\d+)", re.MULTILINE)
+
+
+class Release(Strict):
+    """The vLLM release an install of one recipe's variant gets, and why; or why it gets none."""
+
+    vllm: str | None
+    why: str
+    constraint: str  # what the recipe asked for when this was chosen; a changed ask is chosen again
+    base_image: str | None = None  # a vendor image the recipe names for this release (ROCm)
+
+
+class LockedSet(Strict):
+    """Every package one install needs, resolved once with hashes; or why it cannot be resolved here."""
+
+    package: str
+    vllm: str
+    platform: str  # linux/amd64, linux/arm64
+    accelerator: str  # cuda, cpu
+    python: str
+    requirements: str | None = None  # the set's file, relative to the lock's folder
+    torch: str | None = None
+    cuda: str | None = None  # the CUDA version of the torch build (12.8, 13.0), for CUDA sets
+    heavy: list[str] = []  # what the image installs in its first, slow-moving layer
+    unresolvable: str | None = None
+
+
+class Lock(Strict):
+    comment: str = "DO NOT EDIT: written by `factory lock`; move versions with `factory lock --upgrade`"
+    inputs: str  # the digest of the recipes and the catalog the lock was made from
+    uv: str | None = None  # the uv release images install with (its hashes are in uv-<platform>.txt)
+    releases: dict[str, dict[str, dict[str, Release]]] = {}  # recipe -> variant -> install -> release
+    sets: dict[str, LockedSet] = {}
+
+
+UV_PYTHON = "3.11"  # uv's wheels are one binary for every Python; the resolver needs one to aim at
+
+
+def uv_key(uv: str, platform: str) -> str:
+    return set_key("uv", uv, platform, "tool", UV_PYTHON)
+
+
+def set_key(package: str, vllm: str, platform: str, accelerator: str, python: str) -> str:
+    arch = platform.removeprefix("linux/")
+    return f"{package}-{vllm}-{accelerator}-{arch}-py{python}"
+
+
+def cuda_version(requirements: str) -> str | None:
+    found = _CUDA_RUNTIME.search(requirements)
+    return f"{found['major']}.{found['minor']}" if found else None
+
+
+def heavy_packages(requirements: str) -> list[str]:
+    """The big binary packages torch brings (torch, triton, the CUDA libraries): those matching HEAVY that
+    only torch or other such packages require. What vLLM itself requires (its kernels' libraries) stays in
+    the second layer, so two vLLM releases on one torch share the first."""
+    parents = {name: set(_via(block)) for name, block in requirement_blocks(requirements)}
+    heavy = {name for name in parents if name in ("torch", "triton")}  # torch pins its triton exactly
+    changed = True
+    while changed:
+        changed = False
+        for name, via in parents.items():
+            if name not in heavy and HEAVY.match(name) and via and via <= heavy:
+                heavy.add(name)
+                changed = True
+    return sorted(heavy)
+
+
+def _via(block: str) -> list[str]:
+    """The packages a block's `# via` annotation names (uv writes one inline, or one per line)."""
+    names: list[str] = []
+    lines = [line.strip() for line in block.splitlines()[1:] if line.strip().startswith("#")]
+    for line in lines:
+        text = line.lstrip("#").strip()
+        if text.startswith("via"):
+            text = text[3:].strip()
+        if text and not text.startswith("-r "):
+            names.append(text.split()[0].lower())
+    return names
+
+
+def requirement_blocks(requirements: str) -> list[tuple[str, str]]:
+    """(package name, its lines) for each pinned requirement of a `uv pip compile` file, hashes included."""
+    blocks: list[tuple[str, list[str]]] = []
+    for line in requirements.splitlines():
+        if _REQUIREMENT.match(line):
+            blocks.append((line.split("==", 1)[0].lower(), [line]))
+        elif blocks and line.startswith(" "):
+            blocks[-1][1].append(line)
+    return [(name, "\n".join(lines)) for name, lines in blocks]
+
+
+def split_heavy(requirements: str, heavy: list[str]) -> tuple[str, str]:
+    """A requirements file (with hashes) cut in two: the heavy packages, then the rest."""
+    blocks = requirement_blocks(requirements)
+    first = [block for name, block in blocks if name in heavy]
+    rest = [block for name, block in blocks if name not in heavy]
+    return "\n".join(first) + "\n", "\n".join(rest) + "\n"

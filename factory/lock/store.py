@@ -1,0 +1,61 @@
+"""Where the lock lives and how it is read and written: the lock file, and beside it the locked sets."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from functools import cache
+from pathlib import Path
+
+from factory.errors import InputError
+from factory.files import write_text_atomic
+from factory.lock.model import Lock
+from factory.yamlfile import parse_model
+
+LOCK_NAME = "vllm.lock.json"
+SETS = "sets"
+
+
+def inputs_digest(tree: Path, catalog: Path) -> str:
+    """The digest of what the lock was made from: every recipe, the taxonomy and the catalog's files."""
+    digest = hashlib.sha256()
+    paths = [
+        tree / "taxonomy.yaml",
+        *sorted((tree / "models").glob("*/*.yaml")),
+        *sorted(catalog.glob("*.yaml")),
+    ]
+    for path in paths:
+        name = path.relative_to(tree if path.is_relative_to(tree) else catalog).as_posix()
+        digest.update(name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def read_lock(path: Path) -> Lock | None:
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise InputError(f"the lock is not valid JSON: {exc}", file=path, hint="run `factory lock`") from None
+    return parse_model(Lock, data, path)
+
+
+def write_lock(path: Path, lock: Lock, sets: dict[str, str]) -> None:
+    """The lock file and its set files; set files no longer referenced are removed."""
+    folder = path.parent / SETS
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in sets.items():
+        target = folder / name
+        if not target.is_file() or target.read_text(encoding="utf-8") != text:
+            write_text_atomic(target, text)
+    referenced = {Path(s.requirements).name for s in lock.sets.values() if s.requirements} | set(sets)
+    for stale in folder.glob("*.txt"):
+        if stale.name not in referenced:
+            stale.unlink()
+    write_text_atomic(path, json.dumps(lock.model_dump(exclude_none=True), indent=1, sort_keys=False) + "\n")
+
+
+@cache
+def set_text(lock_path: Path, requirements: str) -> str:
+    """A locked set's file (read once per run: a corpus has thousands of images on a few dozen sets)."""
+    return (lock_path.parent / requirements).read_text(encoding="utf-8")
