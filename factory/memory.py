@@ -2,9 +2,9 @@
 planned and rendered again: per recipe, the digest of everything its files are made from, and what it
 generated (each file's digest, its bake targets, its counts and messages).
 
-The digest covers the recipe file, the tree's shared files (taxonomy, strategies), the catalog, the
-factory's own code and templates, the command's options, and any model files the recipe ships: output is
-a pure function of these. A remembered recipe is trusted only while every file it generated is still on
+The digest covers the recipe file, the tree's shared files (taxonomy, strategies), the catalog, the lock
+and its sets, the factory's own code and templates, the command's options, and any model files the recipe
+ships: output is a pure function of these. A remembered recipe is trusted only while every file it generated is still on
 disk with the digest it was written with; otherwise it is planned again. The memory lives in the output
 folder (.factory-cache/, never committed); deleting it only costs time.
 """
@@ -52,6 +52,8 @@ def shared_inputs(project: Project, nodes: int | None) -> str:
         project.catalog_path.with_name("deviations.yaml"),
         tree / "taxonomy.yaml",
         *sorted((tree / "strategies").glob("*.yaml")),
+        project.lock_path,  # images install what the lock says: its sets are inputs too
+        *sorted((project.lock_path.parent / "sets").glob("*.txt")),
     ]
     for path in paths:
         if path.is_file():

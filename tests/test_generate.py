@@ -106,7 +106,12 @@ def test_image_paths_spell_name_and_tag() -> None:
     text = dockerfile.read_text()
     assert "FROM ${BASE_IMAGE}" in text
     assert "ARG BASE_IMAGE=nvidia/cuda:12.8.1-devel-ubuntu22.04" in text
-    assert "vllm==0.11.2" in text
+    assert "--require-hashes --no-deps" in text and "requirements/heavy.txt" in text
+    requirements = (dockerfile.parent / "requirements" / "requirements.txt").read_text()
+    assert "vllm==0.11.2 \\\n    --hash=sha256:" in requirements, (
+        "vLLM comes from the locked set, with hashes"
+    )
+    assert "torch==2.9.0" in (dockerfile.parent / "requirements" / "heavy.txt").read_text()
     assert "# syntax=" not in text
     assert "FACTORY_IMAGE=vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h200-default" in text
     assert "ai.vllm.factory.inputs-hash=" in text

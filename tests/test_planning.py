@@ -3,6 +3,7 @@ places where those commands deliberately differ from the upstream site's (with t
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -161,7 +162,7 @@ def test_preflight_warns_about_sm103_with_its_source(project: Project) -> None:
 
 
 def test_hardware_the_factory_cannot_build_for_is_reported_and_skipped(project: Project) -> None:
-    fixture = Project(project.root, load_tree(FIXTURES / "upstream-schema"), project.catalog, project.root)
+    fixture = replace(project, tree=load_tree(FIXTURES / "upstream-schema"), lock=None)
     plans = plan_project(fixture)
     skipped = {
         (s.hardware, s.strategy): s.reason for s in plans.skipped if s.recipe == "Example/small-moe-it"
@@ -172,11 +173,11 @@ def test_hardware_the_factory_cannot_build_for_is_reported_and_skipped(project: 
     assert "trillium" not in images
 
 
-def test_an_unpinned_recipe_renders_but_builds_no_image(tmp_path: Path) -> None:
+def test_a_tree_without_a_lock_renders_but_builds_no_image(tmp_path: Path) -> None:
     tree = recipes_tree(tmp_path / "tree", {"acme/Small-8B": small_recipe(dependencies=[])})
     project = load_project(Path(__file__).resolve().parent.parent, tree, tmp_path / "out")
     blueprint = blueprint_of(project, "acme/Small-8B", "h200")
-    assert blueprint.image.install is None and "pins none" in (blueprint.image.unbuildable or "")
+    assert blueprint.image.install is None and "run `factory lock`" in (blueprint.image.unbuildable or "")
     assert blueprint.image_files == () and blueprint.compose_files, "compose files, no build context"
     assert blueprint.image.tag == "vllm-unresolved-h200-default"
 

@@ -70,7 +70,7 @@ def compile_set(
         source = Path(folder) / "requirements.in"
         source.write_text("\n".join(requirements) + "\n", encoding="utf-8")
         command = [
-            uv_binary(), "pip", "compile", str(source), "--generate-hashes", "--quiet",
+            uv_binary(), "pip", "compile", source.name, "--generate-hashes", "--quiet",
             "--python-version", python, "--python-platform", PLATFORMS[platform],
             "--custom-compile-command", "factory lock",
         ]  # fmt: skip
@@ -80,7 +80,8 @@ def compile_set(
             command += ["--find-links", str(find_links)]
         if extra_index_url:
             command += ["--extra-index-url", extra_index_url]
-        result = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
+        # Run in the folder, so the file's annotations name `requirements.in`, not a temporary path.
+        result = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False, cwd=folder)
     if result.returncode != 0:
         why = " ".join(result.stderr.strip().splitlines()[-6:])[-600:]
         raise IndexUnavailable(

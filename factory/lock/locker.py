@@ -7,6 +7,7 @@ them on purpose, and the lock file's diff shows what moved. The index is asked o
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
 from packaging.version import Version
@@ -207,6 +208,7 @@ def _resolve_set(
     locked = base.model_copy(
         update={
             "requirements": f"sets/{key}.txt",
+            "digest": hashlib.sha256(text.encode()).hexdigest(),
             "torch": torch,
             "cuda": cuda,
             "heavy": heavy_packages(text),
@@ -230,6 +232,7 @@ def _uv_sets(
         report(f"resolving {key} with uv")
         text = index.compile_set([f"uv=={project.catalog.uv}"], platform, UV_PYTHON, [], None, None)
         sets[key] = LockedSet(package="uv", vllm=project.catalog.uv, platform=platform, accelerator="tool",
-                              python=UV_PYTHON, requirements=f"sets/{key}.txt")  # fmt: skip
+                              python=UV_PYTHON, requirements=f"sets/{key}.txt",
+                              digest=hashlib.sha256(text.encode()).hexdigest())  # fmt: skip
         texts[f"{key}.txt"] = text
     return sets, texts

@@ -29,6 +29,7 @@ class LockedSet(Strict):
     accelerator: str  # cuda, cpu
     python: str
     requirements: str | None = None  # the set's file, relative to the lock's folder
+    digest: str | None = None  # sha256 of that file: a hand edit is an error, not a silent change
     torch: str | None = None
     cuda: str | None = None  # the CUDA version of the torch build (12.8, 13.0), for CUDA sets
     heavy: list[str] = []  # what the image installs in its first, slow-moving layer

@@ -56,6 +56,15 @@ def write_lock(path: Path, lock: Lock, sets: dict[str, str]) -> None:
 
 
 @cache
-def set_text(lock_path: Path, requirements: str) -> str:
-    """A locked set's file (read once per run: a corpus has thousands of images on a few dozen sets)."""
-    return (lock_path.parent / requirements).read_text(encoding="utf-8")
+def set_text(lock_path: Path, requirements: str, digest: str | None = None) -> str:
+    """A locked set's file (read once per run: a corpus has thousands of images on a few dozen sets),
+    refused when it is not what the lock recorded."""
+    path = lock_path.parent / requirements
+    text = path.read_text(encoding="utf-8")
+    if digest is not None and hashlib.sha256(text.encode()).hexdigest() != digest:
+        raise InputError(
+            "this locked set is not the file `factory lock` wrote (edited by hand?)",
+            file=path,
+            hint="run `factory lock --upgrade` to resolve it again",
+        )
+    return text

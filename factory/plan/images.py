@@ -108,7 +108,7 @@ def install_spec(
     base = hardware.base_image or install.base_images.get(locked.cuda or "")
     if base is None:
         return None, f"no base image for CUDA {locked.cuda} in the catalog"
-    heavy, rest = split_heavy(set_text(project.lock_path, locked.requirements), locked.heavy)
+    heavy, rest = split_heavy(set_text(project.lock_path, locked.requirements, locked.digest), locked.heavy)
     spec = InstallSpec(
         **common,
         base_image=base,
@@ -116,7 +116,7 @@ def install_spec(
         local_wheels=install.local_wheels,
         torch=locked.torch,
         cuda=locked.cuda,
-        uv_requirements=set_text(project.lock_path, uv.requirements),
+        uv_requirements=set_text(project.lock_path, uv.requirements, uv.digest),
         heavy_requirements=heavy,
         requirements=rest,
     )

@@ -65,7 +65,7 @@ def image_outputs(
 
 
 def _requirements(base: PurePosixPath, image: ImageSpec) -> list[OutputFile]:
-    """The locked set a pip install installs, as the Dockerfile mounts it: uv, then torch's layer, then the rest."""
+    """The locked set of a pip install, as the Dockerfile mounts it: uv, torch's layer, then the rest."""
     install = image.install
     if install is None or install.kind != "pip":
         return []
