@@ -4,9 +4,9 @@ generated (each file's digest, its bake targets, its counts and messages).
 
 The digest covers the recipe file, the tree's shared files (taxonomy, strategies), the catalog, the lock
 and its sets, the factory's own code and templates, the command's options, and any model files the recipe
-ships: output is a pure function of these. A remembered recipe is trusted only while every file it generated is still on
-disk with the digest it was written with; otherwise it is planned again. The memory lives in the output
-folder (.factory-cache/, never committed); deleting it only costs time.
+ships: output is a pure function of these. A remembered recipe is trusted only while every file it generated
+is still on disk with the digest it was written with; otherwise it is planned again. The memory lives in the
+output folder (.factory-cache/, never committed); deleting it only costs time.
 """
 
 from __future__ import annotations
