@@ -1,9 +1,10 @@
-"""`nox -s bench`: rebuild cost, layer sharing, image size against its floor, time to healthy.
+"""`nox -s bench`: build cost, rebuild cost, layer sharing, image size against its floor, time to healthy,
+and generate at corpus scale. `nox -s bench -- --cuda` adds the CUDA figures (tens of GB, many minutes).
 
 Every figure is a ratio of two measurements taken back to back in one run, because these machines are
 noisy. The benchmark builds under its own image names (a scratch copy of the project), so it never
 moves a real tag, and removes what it tagged. A development tool, not part of the installed package.
-Run: python benchmarks/bench.py [--json PATH] (what `nox -s bench` does).
+Run: python benchmarks/bench.py [--cuda] [--json PATH].
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
@@ -31,6 +32,7 @@ from factory.build.builder import BuildResult, build_image
 from factory.engine import connect
 from factory.files import write_text_atomic
 from factory.generate import generate
+from factory.lock.locker import lock
 from factory.plan.models import ImagePlan
 from factory.project import Project, load_project
 from factory.settings import BuildSettings, load_settings
@@ -38,8 +40,7 @@ from factory.validate.container import running
 from factory.validate.probes import chat, wait_healthy
 from factory.validate.static import run_in_image
 
-TINY_FILE = Path("recipes/models/factory/tiny-random-llama.yaml")
-BENCH_SLUG = "tiny-random-llama-bench"
+BENCH_SLUG = "{slug}-bench"
 
 
 @dataclass(frozen=True)
@@ -53,55 +54,53 @@ class Figure:
 
 
 @contextlib.contextmanager
-def scratch_project(root: Path, extra_args: list[str] | None = None) -> Iterator[Project]:
-    """A copy of the project whose tiny recipe builds as vllm-factory/tiny-random-llama-bench."""
+def scratch_project(
+    root: Path, model: str, change: Callable[[dict], None] | None = None
+) -> Iterator[Project]:  # type: ignore[type-arg]
+    """A copy of the project whose recipe `model` builds under <slug>-bench: no real tag ever moves."""
     with tempfile.TemporaryDirectory(prefix="factory-bench-") as folder:
         copy = Path(folder)
         for name in ("recipes", "catalog", "images", "compose"):
             shutil.copytree(root / name, copy / name)
-        path = copy / TINY_FILE
+        if (root / ".factory.local.toml").exists():  # this machine's build settings
+            shutil.copy(root / ".factory.local.toml", copy)
+        path = copy / "recipes" / "models" / f"{model}.yaml"
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        data["meta"]["slug"] = BENCH_SLUG
-        data["model"]["base_args"] += extra_args or []
+        data["meta"]["slug"] = BENCH_SLUG.format(slug=data["meta"]["slug"])
+        if change:
+            change(data)
         path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-        project = load_project(copy)
-        generate(project)
-        yield project
+        generate(load_project(copy))
+        yield load_project(copy)
 
 
-def tiny(project: Project) -> Blueprint:
-    """The built-in default: the catalog's build recipe for the CPU target."""
-    return select(project, project.catalog.build_recipe("cpu"), "cpu", "default")[0]
+def blueprint(project: Project, hardware: str) -> Blueprint:
+    return select(project, project.catalog.build_recipe(hardware), hardware, "default")[0]
 
 
 def floor_install(image: ImagePlan, settings: BuildSettings, cache: Path) -> float:
-    """pip install of the image's packages into an empty venv on this machine: the floor of a build."""
+    """pip install of exactly the image's locked set into an empty venv on this machine: a build's floor."""
+    assert image.install is not None
     with tempfile.TemporaryDirectory(prefix="factory-floor-") as folder:
         venv = Path(folder) / "venv"
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        command = [str(venv / "bin" / "pip"), "install", "-q", *image.pip_requirements]
-        if settings.find_links:
+        sets = Path(folder) / "heavy.txt", Path(folder) / "rest.txt"
+        sets[0].write_text(image.install.heavy_requirements)
+        sets[1].write_text(image.install.requirements)
+        command = [str(venv / "bin" / "pip"), "install", "-q", "--require-hashes", "--no-deps"]
+        command += ["-r", str(sets[0]), "-r", str(sets[1])]
+        if settings.find_links and image.install.local_wheels:
             command += ["--find-links", str(settings.find_links)]
         env = {**os.environ, "PIP_CACHE_DIR": str(cache)}
         started = time.monotonic()
         subprocess.run(command, check=True, env=env)
-        if image.remove_packages:
-            subprocess.run(
-                [str(venv / "bin" / "pip"), "uninstall", "-q", "-y", *image.remove_packages],
-                env=env,
-                check=True,
-            )
         return time.monotonic() - started
 
 
 def layer_sizes(client: docker.DockerClient, image_id: str) -> list[tuple[str, int]]:
     """(created by, size) of each non-empty layer, from the image's history."""
     history = client.images.get(image_id).history()
-    return [
-        (str(entry.get("CreatedBy", ""))[-90:], int(entry.get("Size", 0)))
-        for entry in history
-        if entry.get("Size")
-    ]
+    return [(str(e.get("CreatedBy", ""))[-90:], int(e.get("Size", 0))) for e in history if e.get("Size")]
 
 
 def size_against_floor(client: docker.DockerClient, result: BuildResult) -> tuple[Figure, list[str]]:
@@ -125,12 +124,10 @@ def size_against_floor(client: docker.DockerClient, result: BuildResult) -> tupl
     return figure, listing
 
 
-def startup_overhead(blueprint: Blueprint) -> tuple[Figure, Figure]:
+def startup_overhead(plan: Blueprint) -> tuple[Figure, Figure]:
     """Probe's own overhead: when /health was seen answering, against when vLLM logged it was up."""
-    image = blueprint.image
-    with running(
-        image, blueprint.vendor, blueprint.server, ["--tensor-parallel-size", "1"], "bench"
-    ) as started:
+    image = plan.image
+    with running(image, plan.vendor, plan.server, image.default_command, "bench") as started:
         wrapped = started.container.get_wrapped_container()
         healthy_s = wait_healthy(started.health_url, started.name, 600, started.state, poll_s=0.1)
         seen_at = time.time()
@@ -159,22 +156,30 @@ def startup_overhead(blueprint: Blueprint) -> tuple[Figure, Figure]:
     )
 
 
-def regenerate_time(root: Path) -> Figure:
-    with tempfile.TemporaryDirectory(prefix="factory-regen-") as folder:
-        copy = Path(folder)
-        for name in ("recipes", "catalog"):
-            shutil.copytree(root / name, copy / name)
-        started = time.monotonic()
-        files = generate(load_project(copy)).files
-        seconds = time.monotonic() - started
-    return Figure(
-        "regenerate every file for the whole catalog",
-        round(seconds, 3),
-        "s",
-        "< 1 s",
-        seconds < 1.0,
-        f"{len(files)} files: load, plan, render, write",
-    )
+def corpus_figures(root: Path, upstream: Path) -> list[Figure]:
+    """generate over a whole recipes tree: cold, again with nothing changed, and --check."""
+    with tempfile.TemporaryDirectory(prefix="factory-corpus-") as folder:
+        out = Path(folder) / "out"
+        project = load_project(root, upstream, out)
+        lock(project, load_settings(root))  # not timed: it asks the package index
+        timings = {}
+        for name, check in (("cold", False), ("unchanged", False), ("check", True)):
+            started = time.monotonic()
+            result = generate(load_project(root, upstream, out), check=check)
+            timings[name] = (time.monotonic() - started, result.files)
+    files = timings["cold"][1]
+    goals = {"cold": 10.0, "unchanged": 2.0, "check": 2.0}
+    return [
+        Figure(
+            f"generate the corpus: {name}",
+            round(seconds, 2),
+            "s",
+            f"< {goals[name]:g} s",
+            seconds < goals[name],
+            f"{count} files, {count / seconds:,.0f} files/s",
+        )
+        for name, (seconds, count) in timings.items()
+    ] + [Figure("corpus size", files, "files", "> 10,000", files > 10_000, str(upstream))]
 
 
 def untag(client: docker.DockerClient, repository: str) -> None:
@@ -184,65 +189,85 @@ def untag(client: docker.DockerClient, repository: str) -> None:
                 client.images.remove(tag, noprune=False)
 
 
-def run(root: Path) -> tuple[list[Figure], list[str]]:
-    client = connect()
-    settings = load_settings(root)
-    figures: list[Figure] = []
-    listing: list[str] = []
-    cache = root / ".bench-pip-cache"
-    try:
-        with scratch_project(root) as project:
-            blueprint = tiny(project)
-            # Warm pip's download cache first, as the build's cache mount is warm.
-            floor_install(blueprint.image, settings, cache)
-            cold = build_image(project.root, blueprint, settings, no_cache=True)
-            floor = floor_install(blueprint.image, settings, cache)
-            figures.append(
-                Figure(
-                    "cold CPU build vs pip-install floor",
-                    round(cold.duration_s / floor, 2),
-                    "x",
-                    "(reported)",
-                    None,
-                    f"build {cold.duration_s:.1f} s, floor {floor:.1f} s",
-                )
+def cpu_figures(
+    root: Path, client: docker.DockerClient, settings: BuildSettings, cache: Path
+) -> tuple[list[Figure], list[str]]:
+    figures = []
+    tiny = load_project(root).catalog.build_recipe("cpu")
+    with scratch_project(root, tiny) as project:
+        plan = blueprint(project, "cpu")
+        floor_install(plan.image, settings, cache)  # warm pip's download cache, as the build's cache mount is
+        cold = build_image(project.root, plan, settings, no_cache=True)
+        floor = floor_install(plan.image, settings, cache)
+        figures.append(
+            Figure(
+                "cold CPU build vs pip floor (same locked set)",
+                round(cold.duration_s / floor, 2),
+                "x",
+                "(reported)",
+                None,
+                f"build {cold.duration_s:.1f} s, pip into an empty venv {floor:.1f} s",
             )
-            again = build_image(project.root, blueprint, settings)
-            figures.append(
-                Figure(
-                    "no-change rebuild / cold build",
-                    round(100 * again.duration_s / cold.duration_s, 2),
-                    "%",
-                    "< 2 %",
-                    again.duration_s / cold.duration_s < 0.02,
-                    f"{again.duration_s:.2f} s, {again.cached_steps}/{again.total_steps} steps cached",
-                )
+        )
+        again = build_image(project.root, plan, settings)
+        figures.append(
+            Figure(
+                "no-change rebuild / cold build",
+                round(100 * again.duration_s / cold.duration_s, 2),
+                "%",
+                "< 2 %",
+                again.duration_s / cold.duration_s < 0.02,
+                f"{again.duration_s:.2f} s, {again.cached_steps}/{again.total_steps} steps cached",
             )
-            size, listing = size_against_floor(client, cold)
-            figures.append(size)
-        with scratch_project(root, ["--max-num-seqs", "4"]) as changed_project:
-            changed = build_image(changed_project.root, tiny(changed_project), settings)
-            figures.append(
-                Figure(
-                    "serve-argument rebuild / cold build",
-                    round(100 * changed.duration_s / cold.duration_s, 2),
-                    "%",
-                    "< 5 %",
-                    changed.duration_s / cold.duration_s < 0.05,
-                    f"{changed.duration_s:.2f} s, {changed.cached_steps}/{changed.total_steps} cached",
-                )
+        )
+        size, listing = size_against_floor(client, cold)
+        figures.append(size)
+    with scratch_project(
+        root, tiny, lambda d: d["model"]["base_args"].extend(["--max-num-seqs", "4"])
+    ) as changed:
+        plan = blueprint(changed, "cpu")
+        rebuilt = build_image(changed.root, plan, settings)
+        figures.append(
+            Figure(
+                "serve-argument rebuild / cold build",
+                round(100 * rebuilt.duration_s / cold.duration_s, 2),
+                "%",
+                "< 5 %",
+                rebuilt.duration_s / cold.duration_s < 0.05,
+                f"{rebuilt.duration_s:.2f} s, {rebuilt.cached_steps}/{rebuilt.total_steps} cached",
             )
-            healthy, first_chat = startup_overhead(tiny(changed_project))
-            figures += [healthy, first_chat]
-        main = load_project(root)
-        kimi = main.catalog.build_recipe("h200")
-        h200 = build_image(root, select(main, kimi, "h200", "default")[0], settings)
-        h100 = build_image(root, select(main, kimi, "h100", "default")[0], settings)
-        h200_layers = set(client.images.get(h200.image_id).attrs["RootFS"]["Layers"])
+        )
+        figures += startup_overhead(plan)
+    return figures, listing
+
+
+def cuda_figures(
+    root: Path, client: docker.DockerClient, settings: BuildSettings, cache: Path
+) -> tuple[list[Figure], list[str]]:
+    """H200 and H100: uv against pip on the same locked set, layers shared, size; a vLLM bump on one torch."""
+    figures = []
+    kimi = load_project(root).catalog.build_recipe("h200")
+    with scratch_project(root, kimi) as project:
+        h200 = blueprint(project, "h200")
+        floor_install(h200.image, settings, cache)  # warm pip's cache, as the build's uv cache is
+        cold = build_image(project.root, h200, settings, no_cache=True)
+        floor = floor_install(h200.image, settings, cache)
+        figures.append(
+            Figure(
+                "cold CUDA build (uv) vs pip floor (same locked set)",
+                round(cold.duration_s / floor, 2),
+                "x",
+                "<= 0.5x",
+                cold.duration_s / floor <= 0.5,
+                f"build {cold.duration_s:.1f} s, pip into an empty venv {floor:.1f} s",
+            )
+        )
+        h100 = build_image(project.root, blueprint(project, "h100"), settings)
+        shared = set(client.images.get(cold.image_id).attrs["RootFS"]["Layers"])
         added = [
             layer
             for layer in client.images.get(h100.image_id).attrs["RootFS"]["Layers"]
-            if layer not in h200_layers
+            if layer not in shared
         ]
         figures.append(
             Figure(
@@ -251,41 +276,104 @@ def run(root: Path) -> tuple[list[Figure], list[str]]:
                 "layers",
                 "0 bytes (< 1 MB)",
                 not added,
-                f"{h100.cached_steps}/{h100.total_steps} steps cached; only labels/env/entrypoint differ",
+                f"{h100.cached_steps}/{h100.total_steps} steps cached; only labels/env/cmd differ",
             )
         )
-        h200_size, h200_listing = size_against_floor(client, h200)
-        figures.append(h200_size)
-        listing += ["", "H200 image:", *h200_listing]
-        figures.append(regenerate_time(root))
-    finally:
-        untag(client, f"vllm-factory/{BENCH_SLUG}")
-        shutil.rmtree(cache, ignore_errors=True)
-    return figures, listing
+        size, listing = size_against_floor(client, cold)
+        figures.append(size)
+    figures.append(bump_share(root, client, settings, kimi, cold))
+    return figures, ["", "H200 image:", *listing]
+
+
+def bump_share(
+    root: Path, client: docker.DockerClient, settings: BuildSettings, kimi: str, newer: BuildResult
+) -> Figure:
+    """Build the same image at vLLM 0.11.1 (torch 2.9.0, as 0.11.2): what a registry must receive for it."""
+
+    def older(data: dict) -> None:  # type: ignore[type-arg]
+        data["model"]["min_vllm_version"] = "0.11.1"
+        data["dependencies"][0]["command"] = "uv pip install vllm==0.11.1"
+
+    with scratch_project(root, kimi, older) as project:
+        lock(project, settings)
+        generate(project)
+        reloaded = load_project(project.root)
+        bumped = build_image(project.root, blueprint(reloaded, "h200"), settings)
+    layers = dict(_layer_bytes(client, newer.image_id))
+    own = _layer_bytes(client, bumped.image_id)
+    new_bytes = sum(size for digest, size in own if digest not in layers)
+    total = sum(size for _, size in own)
+    return Figure(
+        "vLLM bump on one torch (0.11.1 -> 0.11.2): new layer bytes / image",
+        round(100 * new_bytes / total, 2),
+        "%",
+        "<= 15 %",
+        new_bytes / total <= 0.15,
+        f"{new_bytes / 1e9:.2f} GB of {total / 1e9:.2f} GB (uncompressed layers; one builder's cache)",
+    )
+
+
+def _layer_bytes(client: docker.DockerClient, image_id: str) -> list[tuple[str, int]]:
+    """(layer digest, uncompressed size), newest first: the history's non-empty steps, which are the
+    RootFS layers in the same order (the base's layers come last in both)."""
+    image = client.images.get(image_id)
+    layers = list(reversed(image.attrs["RootFS"]["Layers"]))
+    sizes = [int(entry.get("Size", 0)) for entry in image.history() if entry.get("Size")]
+    return list(zip(layers, sizes, strict=False))
 
 
 def table(figures: list[Figure]) -> str:
-    rows = [f"{'figure':58} {'value':>10} {'unit':6} {'goal':16} {'met':5} detail"]
+    rows = [f"{'figure':66} {'value':>10} {'unit':6} {'goal':16} {'met':5} detail"]
     for f in figures:
         met = "-" if f.met is None else ("yes" if f.met else "NO")
-        rows.append(f"{f.name:58} {f.value:>10} {f.unit:6} {f.goal:16} {met:5} {f.detail}")
+        rows.append(f"{f.name:66} {f.value:>10} {f.unit:6} {f.goal:16} {met:5} {f.detail}")
     return "\n".join(rows)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--json", type=Path, default=Path("reports/bench.json"))
+    parser.add_argument(
+        "--cuda", action="store_true", help="add the CUDA figures (two 11 GB images, minutes)"
+    )
+    parser.add_argument("--only", choices=["cpu", "corpus", "cuda"], help="one group of figures")
     args = parser.parse_args()
     root = Path.cwd()
-    figures, listing = run(root)
+    client, settings = connect(), load_settings(root)
+    cache = root / ".bench-pip-cache"
+    figures: list[Figure] = []
+    listing: list[str] = []
+    upstream = os.environ.get("FACTORY_UPSTREAM_RECIPES")
+    try:
+        if args.only in (None, "corpus"):
+            if upstream:
+                figures += corpus_figures(root, Path(upstream))
+            else:
+                print("corpus figures skipped: set FACTORY_UPSTREAM_RECIPES to a recipes tree")
+        if args.only in (None, "cpu"):
+            found, listing = cpu_figures(root, client, settings, cache)
+            figures += found
+        if args.cuda or args.only == "cuda":
+            found, more = cuda_figures(root, client, settings, cache)
+            figures += found
+            listing += more
+    finally:
+        for repository in _bench_repositories(client):
+            untag(client, repository)
+        shutil.rmtree(cache, ignore_errors=True)
     print(table(figures))
-    print("\nlayers beyond the base, largest first (CPU image):")
+    print("\nlayers beyond the base, largest first:")
     print("\n".join(listing))
     machine = {"cores": os.cpu_count(), "platform": sys.platform}
-    figures_json = json.dumps({"machine": machine, "figures": [asdict(f) for f in figures]}, indent=2)
-    write_text_atomic(args.json, figures_json + "\n")
+    write_text_atomic(
+        args.json, json.dumps({"machine": machine, "figures": [asdict(f) for f in figures]}, indent=2) + "\n"
+    )
     print(f"\nwritten: {args.json}")
     return 0
+
+
+def _bench_repositories(client: docker.DockerClient) -> set[str]:
+    return {tag.rsplit(":", 1)[0] for image in client.images.list() for tag in image.tags if "-bench:" in tag}
 
 
 if __name__ == "__main__":

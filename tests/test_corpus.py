@@ -63,14 +63,27 @@ def test_every_upstream_rendering_matches_the_site_or_lists_why(upstream: Path, 
     assert comparison.counts["skipped"] <= comparison.total // 10, "skips beyond TPU/XPU/Ascend hardware"
 
 
-def test_the_whole_corpus_generates_and_checks_clean(upstream: Path, tmp_path: Path) -> None:
-    out = tmp_path / "out"
+@pytest.fixture(scope="module")
+def locked(upstream: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An output folder with a lock for the whole corpus (the package index is asked once here)."""
+    out = tmp_path_factory.mktemp("corpus")
+    result = run_factory(ROOT, "lock", "--recipes", str(upstream), "--out", str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    return out
+
+
+def test_the_whole_corpus_locks_generates_and_checks_clean(upstream: Path, locked: Path) -> None:
+    out = locked
+    lock = json.loads((out / "lock" / "vllm.lock.json").read_text())
+    chosen = [r for v in lock["releases"].values() for i in v.values() for r in i.values()]
+    assert sum(r.get("vllm") is not None for r in chosen) > 0.5 * len(chosen)
+    assert all(r.get("vllm") or r["why"] for r in chosen), "every release without a version says why"
     result = run_factory(ROOT, "generate", "--recipes", str(upstream), "--out", str(out))
     assert result.returncode == 0, result.stderr[-2000:]
     files = [p for p in out.rglob("*") if p.is_file()]
     assert len(files) > 10_000
     dockerfiles = list(out.glob("images/*/*/Dockerfile"))
-    assert (out / "images" / "docker-bake.hcl").read_text().count("\ntarget ") == len(dockerfiles) > 0
+    assert (out / "images" / "docker-bake.hcl").read_text().count("\ntarget ") == len(dockerfiles) > 1000
     check = run_factory(ROOT, "generate", "--check", "--recipes", str(upstream), "--out", str(out))
     assert check.returncode == 0, check.stderr[-2000:]
     assert str(upstream.resolve()) not in (out / "images" / "docker-bake.hcl").read_text(), "no machine paths"

@@ -14,7 +14,7 @@ _CUDA_RUNTIME = re.compile(r"^nvidia-cuda-runtime(?:-cu\d+)?==(?P<major>\d+)\.(?
 class Release(Strict):
     """The vLLM release an install of one recipe's variant gets, and why; or why it gets none."""
 
-    vllm: str | None
+    vllm: str | None = None
     why: str
     constraint: str  # what the recipe asked for when this was chosen; a changed ask is chosen again
     base_image: str | None = None  # a vendor image the recipe names for this release (ROCm)
