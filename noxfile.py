@@ -14,7 +14,7 @@ import nox
 from factory.catalog.loader import load_catalog
 
 nox.options.default_venv_backend = "none"
-nox.options.sessions = ["lint", "check-generated", "tests"]
+nox.options.sessions = ["lint", "check-generated", "tests", "check-args"]
 
 ROOT = Path(__file__).parent
 PY = sys.executable
@@ -62,6 +62,12 @@ def publish(session: nox.Session) -> None:
             "usage: nox -s publish -- MODEL --hardware H --registry HOST[:PORT][/NAMESPACE] [--tag T]"
         )
     factory(session, "publish", *session.posargs)
+
+
+@nox.session(name="check-args")
+def check_args(session: nox.Session) -> None:
+    """Parse every image's serve commands with its vLLM release, in an image built here."""
+    factory(session, "check-args")
 
 
 @nox.session(default=False)

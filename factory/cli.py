@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from factory.errors import FactoryError
+from factory.leftovers import unwind_on_termination
 from factory.project import Project, find_root, load_project
 
 if TYPE_CHECKING:
@@ -128,6 +129,31 @@ def cmd_lock(project: Project, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_check_args(project: Project, args: argparse.Namespace) -> int:
+    from factory.blueprint import plan_project
+    from factory.engine import connect
+    from factory.validate.check_args import check_all
+
+    checks = check_all(connect(), plan_project(project).images)
+    rejected = 0
+    for check in checks:
+        if check.checked_in is None:
+            why = "no lock" if check.version is None else f"no built image of vLLM {check.version} here"
+            say(f"not parser-checked  {check.image}: {why}")
+        elif check.rejected:
+            rejected += 1
+            for result in check.rejected:
+                warn(f"REJECTED            {check.image}: {result.name}: {result.detail}")
+        else:
+            say(
+                f"accepted            {check.image}: "
+                f"{len(check.results)} commands (vLLM of {check.checked_in})"
+            )
+    checked = sum(check.checked_in is not None for check in checks)
+    say(f"{checked} of {len(checks)} images parser-checked, {rejected} with a rejected command")
+    return 1 if rejected else 0
+
+
 def cmd_testbench_settings(project: Project, args: argparse.Namespace) -> int:
     from factory.settings import write_testbench_settings
 
@@ -170,7 +196,7 @@ def cmd_validate(project: Project, args: argparse.Namespace) -> int:
 
     status = 0
     for blueprint in _selected(project, args):
-        report = validate_image(blueprint, args.reports, args.health_timeout)
+        report = validate_image(blueprint, args.reports, args.health_timeout, note=say)
         for case in report.cases:
             say(f"  {case.status:7} {case.name}: {case.detail.splitlines()[0] if case.detail else ''}")
         ok, line = report.verdict(args.allow_no_gpu)
@@ -289,6 +315,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     lck.set_defaults(func=cmd_lock)
 
+    args_check = sub.add_parser(
+        "check-args", help="parse every serve command of every image with the vLLM release it runs"
+    )
+    args_check.set_defaults(func=cmd_check_args)
+
     conf = sub.add_parser(
         "conformance", help="compare every rendering with the upstream site's JSON API for the same tree"
     )
@@ -390,6 +421,7 @@ def _add_target_args(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    unwind_on_termination()
     try:
         root = args.root or find_root(Path.cwd())
         project = load_project(

@@ -55,61 +55,61 @@ target "tiny-random-llama-vllm0-32-0-cpu-default" {
   context    = "images/tiny-random-llama/vllm0.32.0-cpu-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default", "${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default-33bb16df7b40"]
+  tags       = ["${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default", "${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default-e0ca85e6a2d2"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-h100-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h100-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h100-default-b2fe7f4c5d90"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h100-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h100-default-8b52c05d51d2"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-h200-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-h200-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h200-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h200-default-70526bd192f9"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h200-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h200-default-5df693d2b597"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-b200-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b200-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b200-default-b5460cd708ee"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b200-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b200-default-21d7b3a6fea4"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-b300-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-b300-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b300-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b300-default-1baec2d3c248"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b300-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b300-default-90370a1aff21"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi300x-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-mi300x-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi300x-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi300x-default-f557c10b371b"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi300x-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi300x-default-90c189a4eb2d"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi325x-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-mi325x-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi325x-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi325x-default-68d94c268f9a"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi325x-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi325x-default-1bf239fd9dc5"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi355x-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-mi355x-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi355x-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi355x-default-238ad5f7cfe8"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi355x-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi355x-default-322f6ce9da9b"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi350x-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-mi350x-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi350x-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi350x-default-bb902291eb06"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi350x-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi350x-default-d27b2a23f5b1"]
 }

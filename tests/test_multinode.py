@@ -89,6 +89,7 @@ def two_nodes(
     )
     env = {
         "HEAD_IP": "head",
+        "BIND_ADDRESS": "0.0.0.0",  # the test publishes the head's port from its container
         "IFACE_NAME": "eth0",
         "HF_CACHE": str(tmp_path / "hf"),
         "FACTORY_IMAGE": tiny_built.image,

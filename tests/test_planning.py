@@ -87,24 +87,28 @@ def test_multi_node_flags_per_strategy_and_their_deviations(project: Project) ->
     assert head[4:] == [
         "--node-rank", "0", "--master-addr", "$HEAD_IP",
         "--distributed-executor-backend", "mp", "--master-port", "$MASTER_PORT",
+        "--host", "$BIND_ADDRESS",
     ]  # fmt: skip
+    assert "--host" not in worker, "a headless worker serves no API"
     assert worker[4:7] == ["--node-rank", "1", "--master-addr"] and "--headless" in worker
     assert [role.serves_http for role in tp.roles] == [True, False]
-    assert {d.flag for d in tp.deviations} == {"--distributed-executor-backend", "--master-port"}
-    assert all("29447" in d.reason or "rendezvous port" in d.reason for d in tp.deviations)
+    assert {d.flag for d in tp.deviations} == {"--distributed-executor-backend", "--master-port", "--host"}
+    rendezvous_fixes = [d for d in tp.deviations if d.flag != "--host"]
+    assert all("29447" in d.reason or "rendezvous port" in d.reason for d in rendezvous_fixes)
     pp = deployment(project, "h200", "multi_node_tp_pp")
     assert pp.roles[1].args[4:8] == ["--tensor-parallel-size", "8", "--pipeline-parallel-size", "2"]
     tep = deployment(project, "h200", "multi_node_tep")
     assert tep.roles[0].args[4:7] == ["--enable-expert-parallel", "--tensor-parallel-size", "16"]
     dep = deployment(project, "h200", "multi_node_dep")
-    assert dep.roles[1].args[4:] == [
+    assert dep.roles[1].args[-2:] == ["--host", "$BIND_ADDRESS"], "host network: not on every interface"
+    assert dep.roles[1].args[4:-2] == [
         "--enable-expert-parallel", "--data-parallel-hybrid-lb", "--data-parallel-size", "16",
         "--data-parallel-size-local", "8", "--data-parallel-address", "$HEAD_IP",
         "--data-parallel-start-rank", "8", "--data-parallel-rpc-port", "$DP_RPC_PORT",
     ]  # fmt: skip
     assert all(role.serves_http for role in dep.roles), "hybrid load balancing: every node serves HTTP"
     assert dep.roles[0].env == {"GLOO_SOCKET_IFNAME": "$IFACE_NAME", "NCCL_SOCKET_IFNAME": "$IFACE_NAME"}
-    assert dep.settings_used == ["HEAD_IP", "DP_RPC_PORT", "IFACE_NAME"]
+    assert dep.settings_used == ["HEAD_IP", "DP_RPC_PORT", "BIND_ADDRESS", "IFACE_NAME"]
 
 
 def test_one_replica_per_node_for_the_cpu_two_node_deployment(project: Project) -> None:
@@ -114,7 +118,7 @@ def test_one_replica_per_node_for_the_cpu_two_node_deployment(project: Project) 
         "--data-parallel-address", "$HEAD_IP",
     ]  # fmt: skip
     head, worker = (role.args[role.args.index("--tensor-parallel-size") :] for role in plan.roles)
-    assert head == [*common, "--data-parallel-rpc-port", "$DP_RPC_PORT"]
+    assert head == [*common, "--data-parallel-rpc-port", "$DP_RPC_PORT", "--host", "$BIND_ADDRESS"]
     assert worker == [
         *common,
         "--data-parallel-start-rank",

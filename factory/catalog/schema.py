@@ -148,7 +148,10 @@ class DeviationRule(Strict):
     when_present: list[str] = []  # every one of these flags is in the command
     when_absent: list[str] = []  # none of these is
     when_nonzero: list[str] = []  # each of these flags is there with a value other than 0
-    add: list[str] = []  # appended (the flag and its value) unless the command already has `flag`
+    when_host_network: bool = False  # only processes of deployments on the host's network (multi-node, PD)
+    # Appended (the flag and its value) unless the command already has `flag`; {bind_address} is the address
+    # the process must listen on: its own node's for a PD pool (the router calls it), else $BIND_ADDRESS.
+    add: list[str] = []
     replace_values: dict[
         str, str
     ] = {}  # the flag's value -> its replacement; {context_length} is the model's

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from factory.plan.deviations import Process as Facts
 from factory.plan.deviations import apply
 from factory.plan.models import Deviation, NodeRole
 from factory.project import Project
@@ -98,7 +99,12 @@ class _Finisher:
         return [self.role("node", 0, command.nodes[0])]
 
     def role(self, name: str, rank: int, process: Process, pool: str | None = None) -> NodeRole:
-        flags, applied = apply(self.rules, process.args, self.version, self.recipe.model.context_length)
+        # A PD pool's node listens on its own address (the router calls it); others where the user says.
+        bind = f"${pool.upper()}_NODE_{rank + 1}" if pool else "$BIND_ADDRESS"
+        about = Facts(
+            self.version, self.recipe.model.context_length, self.command.deploy_type != "single_node", bind
+        )
+        flags, applied = apply(self.rules, process.args, about)
         for deviation in applied:
             self.deviations.setdefault(deviation.flag, deviation)
         flags = [*self.model_flags(), *flags]

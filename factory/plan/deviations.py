@@ -4,21 +4,32 @@ from the upstream site's. The rules are data (catalog/deviations.yaml); this mod
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from factory.catalog.schema import DeviationRule
 from factory.plan.models import Deviation
 from factory.synthesis.args import units
 
 
+@dataclass(frozen=True)
+class Process:
+    """What the rules may ask about the process they change."""
+
+    version: str | None  # the vLLM release it runs (None: not locked yet)
+    context_length: int | None  # the model's
+    host_network: bool  # its deployment runs on the host's network
+    bind_address: str  # where it should listen when it is on the host's network
+
+
 def apply(
-    rules: Sequence[DeviationRule], args: Sequence[str], version: str | None, context_length: int | None
+    rules: Sequence[DeviationRule], args: Sequence[str], process: Process
 ) -> tuple[list[str], list[Deviation]]:
     """The flags after every matching rule, and the rules that changed them."""
     result = list(args)
     values = _values(result)
     applied: list[Deviation] = []
     for rule in rules:
-        changed = _apply_one(rule, result, values, version, context_length)
+        changed = _apply_one(rule, result, values, process)
         if changed is not None:
             result = changed
             values = _values(result)
@@ -37,15 +48,12 @@ def _values(args: list[str]) -> dict[str, str | None]:
 
 
 def _apply_one(
-    rule: DeviationRule,
-    args: list[str],
-    values: dict[str, str | None],
-    version: str | None,
-    context_length: int | None,
+    rule: DeviationRule, args: list[str], values: dict[str, str | None], process: Process
 ) -> list[str] | None:
     """The flags after this rule, or None when it does not match."""
     matches = (
-        rule.applies_to(version)
+        rule.applies_to(process.version)
+        and (process.host_network or not rule.when_host_network)
         and all(flag in values for flag in rule.when_present)
         and not any(flag in values for flag in rule.when_absent)
         and all(values.get(flag) not in (None, "0") for flag in rule.when_nonzero)
@@ -53,14 +61,14 @@ def _apply_one(
     if not matches:
         return None
     if rule.add and rule.flag not in values:
-        return [*args, *rule.add]
+        return [*args, *(token.format(bind_address=process.bind_address) for token in rule.add)]
     value = values.get(rule.flag)
     if value is None or value not in rule.replace_values:
         return None
     template = rule.replace_values[value]
-    if "{context_length}" in template and context_length is None:
+    if "{context_length}" in template and process.context_length is None:
         return None  # nothing to put in its place: the parser check will judge the value as it is
-    replacement = template.format(context_length=context_length)
+    replacement = template.format(context_length=process.context_length)
     return [
         token
         for unit in units(args)

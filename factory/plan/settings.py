@@ -27,6 +27,10 @@ SETTINGS: dict[str, Setting] = {
     "RENDER_GID": Setting(
         None, "the host's render group id, owner of /dev/kfd (getent group render | cut -d: -f3)"
     ),
+    "BIND_ADDRESS": Setting(
+        "127.0.0.1",
+        "address the API listens on, on the host's network: 0.0.0.0 (or this node's) to serve others",
+    ),
     "ROUTER_HOST": Setting("127.0.0.1", "address the PD router listens on (0.0.0.0 to serve other hosts)"),
     "ROUTER_PORT": Setting("8000", "port the PD router listens on"),
     "VLLM_ROUTER_IMAGE": Setting(

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from factory.errors import FactoryError, InputError
+from factory.recipes.grammar import check_model_id, check_name, check_values
 from factory.recipes.schema import NOT_USED, InstallSection, Recipe
 from factory.recipes.tree_schema import KvStore, Strategy, Taxonomy
 from factory.yamlfile import load_model
@@ -79,6 +80,8 @@ def load_tree(root: Path) -> RecipeTree:
             hint="expected models/<org>/<name>.yaml, strategies/*.yaml and taxonomy.yaml",
         )
     taxonomy = load_model(Taxonomy, taxonomy_path)
+    for profile in taxonomy.hardware_profiles:
+        check_name(profile, taxonomy_path, f"hardware_profiles.{profile}", "hardware profile id")
     strategies: dict[str, Strategy] = {}
     strategy_paths: dict[str, Path] = {}
     for path in sorted((root / "strategies").glob("*.yaml")):
@@ -91,6 +94,7 @@ def load_tree(root: Path) -> RecipeTree:
                 value=strategy.name,
                 valid=[path.stem],
             )
+        check_name(strategy.name, path, "name", "strategy name")
         strategies[strategy.name] = strategy
         strategy_paths[strategy.name] = path
     kv_stores = {path.stem: load_model(KvStore, path) for path in sorted((root / "kv_store").glob("*.yaml"))}
@@ -150,6 +154,12 @@ def check_references(recipe: Recipe, path: Path, tree: RecipeTree) -> None:
     keys = hardware_keys(tree.taxonomy)
     if not recipe.variants:
         raise InputError("a recipe needs at least one variant", file=path, field="variants")
+    check_model_id(recipe.model.model_id, path, "model.model_id")
+    for name, variant in recipe.variants.items():
+        check_name(name, path, f"variants.{name}", "variant name")
+        if variant.model_id:
+            check_model_id(variant.model_id, path, f"variants.{name}.model_id")
+    check_values(recipe.model_dump(), path)
     _each_known(recipe.compatible_strategies, strategies, path, "compatible_strategies", "strategy")
     _each_known(recipe.strategy_overrides, strategies, path, "strategy_overrides", "strategy")
     _each_known(recipe.strategy_hardware, strategies, path, "strategy_hardware", "strategy")

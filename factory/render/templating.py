@@ -18,6 +18,7 @@ from factory.catalog.schema import Server
 from factory.image_paths import TEMPLATE_GLOBALS
 from factory.plan.models import Deployment, ImageSpec, image_labels
 from factory.plan.settings import compose_value, setting
+from factory.synthesis.args import flag_value
 
 _PLAIN = re.compile(r'^[^"\\\x00-\x1f\x7f-\uffff]*$')
 
@@ -78,7 +79,10 @@ def render_compose(plan: Deployment, index: int, server: Server) -> str:
             network="host" if plan.host_network else "published",
             port=port,
             health="http" if role.serves_http else "none",
-            health_url=f"http://127.0.0.1:{port}{server.health_path}",
+            # The health check asks where the server listens: its --host when it has one (on the host's
+            # network), else loopback inside its own container.
+            health_url=f"http://{compose_value(flag_value(role.args, '--host') or '127.0.0.1')}:{port}"
+            f"{server.health_path}",
         )
     )
 

@@ -16,7 +16,7 @@ from docker.types import DeviceRequest
 from testcontainers.core.container import DockerContainer
 
 from factory.catalog.schema import Server, Vendor
-from factory.engine import OWNER_LABEL
+from factory.leftovers import labels
 from factory.plan.models import ImagePlan
 from factory.plan.settings import PLACEHOLDER
 from factory.validate.probes import ContainerState
@@ -72,7 +72,7 @@ def running(
         DockerContainer(image.reference)
         .with_command(args)
         .with_kwargs(
-            labels={OWNER_LABEL: "validate", "ai.vllm.factory.run": run_id},
+            labels=labels("validate", **{"ai.vllm.factory.run": run_id}),
             shm_size="2g",  # vLLM's engine needs more than Docker's default 64 MiB /dev/shm
             **gpu_run_options(vendor, os.environ),
         )

@@ -14,7 +14,9 @@ from factory.blueprint import Blueprint
 from factory.catalog.schema import Vendor
 from factory.engine import EngineFacts, connect, engine_facts
 from factory.errors import DockerError
+from factory.leftovers import sweep
 from factory.plan.models import Deployment, ImagePlan
+from factory.reporter import Reporter, silent
 from factory.validate import static
 from factory.validate.container import running
 from factory.validate.probes import ProbeFailure, chat, check_models, wait_healthy
@@ -54,11 +56,13 @@ def gpu_access(vendor: Vendor, facts: EngineFacts) -> GpuAccess:
 
 
 def validate_image(
-    blueprint: Blueprint, reports: Path, health_timeout_s: float | None = None
+    blueprint: Blueprint, reports: Path, health_timeout_s: float | None = None, note: Reporter = silent
 ) -> ValidationReport:
     """Static checks of the built image, then (where its GPU is present) a real server probed."""
     image = blueprint.image
     client = connect()
+    for name in sweep(client):
+        note(f"removed {name}: a container a killed factory run left behind")
     facts = engine_facts(client)
     try:
         image_id = str(client.images.get(image.reference).id)

@@ -11,7 +11,7 @@ from typing import Any
 import docker
 
 from factory import image_paths
-from factory.engine import OWNER_LABEL
+from factory.leftovers import labels
 from factory.plan.models import Deployment, ImagePlan
 from factory.plan.settings import example_value
 
@@ -36,7 +36,7 @@ def run_in_image(client: docker.DockerClient, image: str, command: list[str], en
         entrypoint=command[:1],
         command=command[1:],
         environment=env,
-        labels={OWNER_LABEL: "validate-static"},
+        labels=labels("validate-static"),
         network_disabled=True,
     )
     try:
@@ -64,7 +64,7 @@ def check_versions(client: docker.DockerClient, image: ImagePlan) -> list[CheckR
     results = [
         CheckResult(
             "vllm-version",
-            release.split(".post")[0] == image.vllm_version,
+            release == image.vllm_version,
             f"installed vLLM {info.get('vllm')}, pinned {image.vllm_version}",
         )
     ]
@@ -110,11 +110,13 @@ def argv_sets(image: ImagePlan, composes: list[Deployment]) -> dict[str, list[st
 
 
 def check_serve_args(
-    client: docker.DockerClient, image: ImagePlan, sets: dict[str, list[str]]
+    client: docker.DockerClient, image: ImagePlan | str, sets: dict[str, list[str]]
 ) -> list[CheckResult]:
+    """Each command parsed by the vLLM inside `image` (a plan, or a reference to any built image)."""
     script = resources.files("factory.validate").joinpath("check_serve_args.py").read_text(encoding="utf-8")
+    reference = image if isinstance(image, str) else image.reference
     output = run_in_image(
-        client, image.reference, ["python3", "-c", script], {"FACTORY_ARGV_SETS": json.dumps(sets)}
+        client, reference, ["python3", "-c", script], {"FACTORY_ARGV_SETS": json.dumps(sets)}
     )
     line = next(line for line in output.splitlines() if line.startswith("FACTORY-RESULT "))
     parsed = json.loads(line.removeprefix("FACTORY-RESULT "))

@@ -3,7 +3,7 @@
 """Inside a factory image: record the installed vLLM and torch versions and check them.
 
 --record FILE        write {"vllm": ..., "torch": ..., "python": ...} as JSON to FILE
---expect-vllm V      fail unless the installed vLLM's release is exactly V
+--expect-vllm V      fail unless the installed vLLM is exactly V (a local label such as +cpu aside)
 --same-as FILE       fail unless vLLM and torch equal the versions recorded in FILE (drift guard)
 Without options it prints the JSON, which `factory validate` reads.
 """
@@ -12,7 +12,6 @@ import argparse
 import importlib.metadata
 import json
 import platform
-import re
 import sys
 from pathlib import Path
 
@@ -26,10 +25,10 @@ def installed(*names: str) -> str | None:
     return None
 
 
-def release(version: str) -> str:
-    """0.11.2+rocm700 -> 0.11.2; 0.11.2.post2 -> 0.11.2 (post releases repackage the same code)."""
-    match = re.match(r"\d+(\.\d+)*", version)
-    return match.group(0) if match else version
+def public(version: str) -> str:
+    """0.11.2+rocm700 -> 0.11.2: the build's local label aside, the version must match exactly (0.11.2rc1,
+    0.11.2.dev5 and 0.11.2.post2 are other releases than 0.11.2)."""
+    return version.split("+", 1)[0]
 
 
 def main() -> int:
@@ -43,7 +42,7 @@ def main() -> int:
         "torch": installed("torch"),
         "python": platform.python_version(),
     }
-    if args.expect_vllm and (info["vllm"] is None or release(info["vllm"]) != args.expect_vllm):
+    if args.expect_vllm and (info["vllm"] is None or public(info["vllm"]) != args.expect_vllm):
         print(f"image_info: vLLM is {info['vllm']}, the pin is {args.expect_vllm}", file=sys.stderr)
         return 1
     if args.same_as:

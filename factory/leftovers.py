@@ -1,0 +1,63 @@
+"""Containers the factory starts carry labels that name the process that started them, so a run that was
+killed outright (SIGKILL, a lost machine) leaves nothing the next run cannot find: every command that
+starts containers first removes those whose process is gone, and says what it removed. SIGTERM and SIGHUP
+(a cancelled CI job, a closed terminal) unwind like Ctrl-C, so `finally` blocks remove what they started."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+from types import FrameType
+
+import docker
+from docker.errors import APIError, NotFound
+
+from factory.engine import OWNER_LABEL
+
+PID_LABEL = "ai.vllm.factory.pid"
+HOST_LABEL = "ai.vllm.factory.host"
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP: unwind like Ctrl-C, so every `finally` runs."""
+
+
+def labels(purpose: str, **extra: str) -> dict[str, str]:
+    """The labels of a container this process starts: who made it, and for what."""
+    return {OWNER_LABEL: purpose, PID_LABEL: str(os.getpid()), HOST_LABEL: socket.gethostname(), **extra}
+
+
+def unwind_on_termination() -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise Terminated(f"received {signal.Signals(signum).name}")
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, handler)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep(client: docker.DockerClient) -> list[str]:
+    """Remove the factory's containers whose starting process on this host is gone; their names."""
+    removed = []
+    here = socket.gethostname()
+    for container in client.containers.list(all=True, filters={"label": [OWNER_LABEL, PID_LABEL]}):
+        found = container.labels
+        if found.get(HOST_LABEL) != here or not found.get(PID_LABEL, "").isdigit():
+            continue
+        if _alive(int(found[PID_LABEL])):
+            continue
+        with contextlib.suppress(NotFound, APIError):
+            container.remove(force=True)
+            removed.append(str(container.name))
+    return removed
