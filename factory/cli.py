@@ -25,10 +25,32 @@ def warn(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+# Each node of a multi-node deployment gets its own compose file: a mistyped count (1000) would write
+# thousands of them. 64 nodes is more than any recipe's GPU floor asks for and than one NVLink domain has.
+MAX_NODES = 64
+
+
+def node_count(text: str) -> int:
+    """--nodes: a whole number of nodes a multi-node deployment spans."""
+    try:
+        nodes = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 2 <= nodes <= MAX_NODES:
+        raise argparse.ArgumentTypeError(
+            f"{nodes} is outside 2..{MAX_NODES}: multi-node deployments span 2 to {MAX_NODES} nodes,"
+            " each with its own compose file"
+        )
+    return nodes
+
+
 def cmd_generate(project: Project, args: argparse.Namespace) -> int:
-    from factory.generate import generate
+    from factory.generate import generate, lock_problems
 
     result = generate(project, check=args.check, nodes=args.nodes)
+    if not args.check:
+        for problem in lock_problems(project):  # --check lists it among the stale files
+            warn(f"{problem}: an image gets its Dockerfile once the lock holds its release")
     if args.verbose:
         for skipped in result.skipped:
             warn(f"skipped: {skipped}")
@@ -288,7 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gen.add_argument(
         "--nodes",
-        type=int,
+        type=node_count,
         help="node count for multi-node strategies (default: 2, or what the recipe's GPU floor needs)",
     )
     gen.add_argument(
@@ -300,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
         "renderings", help="print every deployment's commands as JSON lines (the upstream JSON API's shape)"
     )
     rend.add_argument("--json", action="store_true", help="JSON lines (the only format; for clarity)")
-    rend.add_argument("--nodes", type=int, help="node count for multi-node strategies")
+    rend.add_argument("--nodes", type=node_count, help="node count for multi-node strategies")
     rend.set_defaults(func=cmd_renderings)
 
     lck = sub.add_parser(
@@ -334,7 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--hardware", required=True)
     show.add_argument("--strategy")
     show.add_argument("--variant")
-    show.add_argument("--nodes", type=int)
+    show.add_argument("--nodes", type=node_count)
     show.add_argument("--json", action="store_true", help="print the rendering as one JSON object")
     show.set_defaults(func=cmd_show)
 

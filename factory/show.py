@@ -10,7 +10,7 @@ import shlex
 from factory.blueprint import Blueprint
 from factory.catalog.schema import Server
 from factory.plan.models import Deployment, ImagePlan, NodeRole
-from factory.plan.settings import PLACEHOLDER, setting
+from factory.plan.settings import PLACEHOLDER, known_setting, setting
 from factory.synthesis.args import units
 
 
@@ -35,7 +35,9 @@ def install_commands(image: ImagePlan) -> list[str]:
 
 def _quote(arg: str) -> str:
     """Shell-quote, but leave a whole-token $SETTING expandable, as the recipe pages print it."""
-    return arg if PLACEHOLDER.fullmatch(arg) else shlex.quote(arg)
+    match = PLACEHOLDER.fullmatch(arg)
+    known = match is not None and known_setting(match.group("braced") or match.group("bare")) is not None
+    return arg if known else shlex.quote(arg)
 
 
 def _lines(words: list[str]) -> str:

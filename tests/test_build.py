@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
+import tarfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
@@ -46,7 +50,8 @@ def remove_repository(docker_client: docker.DockerClient) -> Iterator[list[str]]
     yield names
     for name in names:
         for image in docker_client.images.list(name=name):
-            for tag in image.tags:
+            # Only this repository's tags: a test may have given them to an image other tags still name.
+            for tag in [tag for tag in image.tags if tag.startswith(f"{name}:")]:
                 with contextlib.suppress(ImageNotFound):
                     docker_client.images.remove(tag, noprune=False)
 
@@ -73,17 +78,77 @@ def test_build_tags_readable_and_immutable(
     assert not docker_client.images.list(name="factory-build-tmp/*"), "temporary build tags left behind"
 
 
-def test_secrets_and_settings_never_reach_the_image(
-    tiny_built: BuildResult, docker_client: docker.DockerClient
+def image_files(docker_client: docker.DockerClient, image_id: str) -> Iterator[tuple[str, bytes]]:
+    """Every file of every layer of the image, as `docker save` exports it (streamed, nothing on disk)."""
+    stream = io.BufferedReader(_ChunkReader(docker_client.images.get(image_id).save(chunk_size=1 << 20)))
+    with tarfile.open(fileobj=stream, mode="r|") as archive:
+        for member in archive:
+            if not member.isfile():
+                continue
+            layer = archive.extractfile(member)
+            assert layer is not None
+            if not (member.name.endswith("layer.tar") or member.name.startswith("blobs/")):
+                yield member.name, layer.read()
+                continue
+            # (a blob that is a config or a manifest is no tar: ReadError)
+            with contextlib.suppress(tarfile.ReadError), tarfile.open(fileobj=layer, mode="r|") as files:
+                for item in files:
+                    content = files.extractfile(item) if item.isfile() else None
+                    if content is not None:
+                        yield item.name, content.read()
+
+
+class _ChunkReader(io.RawIOBase):
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self.chunks, self.pending = iter(chunks), b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self.pending:
+            self.pending = next(self.chunks, b"")
+            if not self.pending:
+                return 0
+        size = min(len(buffer), len(self.pending))
+        buffer[:size], self.pending = self.pending[:size], self.pending[size:]
+        return size
+
+
+@pytest.mark.e2e
+def test_secrets_reach_no_layer_history_or_log(
+    scratch: Path, docker_client: docker.DockerClient, tmp_path: Path, remove_repository: list[str]
 ) -> None:
-    image = docker_client.images.get(tiny_built.image_id)
-    history = json.dumps(image.history())
-    config = json.dumps(image.attrs["Config"])
-    ca_bundle = load_settings(ROOT).ca_bundle
-    assert "BEGIN CERTIFICATE" not in history + config
-    assert "/run/secrets/cabundle" not in config
-    if ca_bundle:
-        assert str(ca_bundle) not in history + config
+    """A build whose secrets carry a canary, not from the cache (every RUN step reads them): the canary is
+    in no file of any layer, not in the history, the config or the build's output. (One more system
+    package makes every step new without --no-cache, which would replace the cache other tests reuse.)"""
+    canary = f"factory-canary-{uuid.uuid4().hex}"
+    settings = load_settings(ROOT)
+    bundle = tmp_path / "ca.pem"  # the real bundle (the proxy needs it), and a line PEM readers skip
+    real = settings.ca_bundle.read_bytes() if settings.ca_bundle else b""
+    bundle.write_bytes(real + f"\n# {canary}\n".encode())
+    pip_conf = tmp_path / "pip.conf"
+    pip_conf.write_text(f"[global]\n# {canary}\n")
+    uv_env = tmp_path / "uv.env"
+    uv_env.write_text(f"FACTORY_TEST_PASSWORD={canary}\n")
+    settings = settings.model_copy(update={"ca_bundle": bundle, "pip_conf": pip_conf, "uv_env": uv_env})
+    catalog = scratch / "catalog" / "hardware.yaml"
+    catalog.write_text(catalog.read_text().replace("libnuma1, libgomp1]", "libnuma1, libgomp1, less]"))
+    blueprint = tiny_blueprint(retarget(scratch, "tiny-secrets-test"))
+    remove_repository.append("vllm-factory/tiny-secrets-test")
+    log = io.StringIO()
+    with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        built = build_image(scratch, blueprint, settings, echo=True)
+    assert built.cached_steps < built.total_steps, "every step ran with the canary secrets"
+    assert canary not in log.getvalue()
+    image = docker_client.images.get(built.image_id)
+    assert canary not in json.dumps(image.history()) + json.dumps(image.attrs)
+    scanned = 0
+    for name, content in image_files(docker_client, built.image_id):
+        scanned += 1
+        assert canary.encode() not in content, f"the canary is in {name}"
+        assert not name.lstrip("./").startswith("run/secrets/"), name
+    assert scanned > 10_000, "the layers were read (a venv with torch has tens of thousands of files)"
 
 
 def test_rebuild_with_nothing_changed_is_fully_cached(tiny_built: BuildResult, project) -> None:
@@ -107,8 +172,25 @@ def test_changing_a_serve_argument_changes_only_metadata(
     assert "--max-num-seqs" in new.attrs["Config"]["Cmd"]
 
 
-def test_a_failing_step_names_the_step_and_tags_nothing(
-    scratch: Path, docker_client: docker.DockerClient, remove_repository: list[str]
+def tag_as_earlier_build(docker_client: docker.DockerClient, blueprint: Blueprint, image_id: str) -> None:
+    """Give the blueprint's tags to an existing image: what an earlier, good build left."""
+    for tag in (blueprint.image.reference, blueprint.image.immutable_reference):
+        repository, _, name = tag.rpartition(":")
+        docker_client.images.get(image_id).tag(repository, name)
+
+
+def tags_of(docker_client: docker.DockerClient, blueprint: Blueprint) -> set[str]:
+    return {
+        docker_client.images.get(tag).id
+        for tag in (blueprint.image.reference, blueprint.image.immutable_reference)
+    }
+
+
+def test_a_failing_step_names_the_step_and_moves_no_tag(
+    scratch: Path,
+    docker_client: docker.DockerClient,
+    remove_repository: list[str],
+    tiny_built: BuildResult,
 ) -> None:
     catalog = scratch / "catalog" / "hardware.yaml"
     catalog.write_text(
@@ -119,18 +201,23 @@ def test_a_failing_step_names_the_step_and_tags_nothing(
     )
     project = retarget(scratch, "tiny-failing-test")
     remove_repository.append("vllm-factory/tiny-failing-test")
+    blueprint = tiny_blueprint(project)
+    tag_as_earlier_build(docker_client, blueprint, tiny_built.image_id)
     with pytest.raises(DockerError) as failure:
-        build_image(scratch, tiny_blueprint(project), load_settings(ROOT))
+        build_image(scratch, blueprint, load_settings(ROOT))
     message = str(failure.value)
     assert "building vllm-factory/tiny-failing-test:vllm0.32.0-cpu-default failed" in message
     assert "RUN" in message and "apt-get install" in message
     assert "no-such-package-factory-test" in message
-    assert not docker_client.images.list(name="vllm-factory/tiny-failing-test")
+    assert tags_of(docker_client, blueprint) == {tiny_built.image_id}, "the earlier build keeps its tags"
     assert not docker_client.images.list(name="factory-build-tmp/*")
 
 
 def test_a_file_that_is_not_the_locked_one_fails_the_build_by_name(
-    scratch: Path, docker_client: docker.DockerClient, remove_repository: list[str]
+    scratch: Path,
+    docker_client: docker.DockerClient,
+    remove_repository: list[str],
+    tiny_built: BuildResult,
 ) -> None:
     """The lock records every file's hash: a file the index serves differently later (or a tampered one)
     fails the install step, naming the package, and moves no tag."""
@@ -148,11 +235,13 @@ def test_a_file_that_is_not_the_locked_one_fails_the_build_by_name(
     lock_file.write_text(json.dumps(lock))
     project = retarget(scratch, "tiny-tampered-test")
     remove_repository.append("vllm-factory/tiny-tampered-test")
+    blueprint = tiny_blueprint(project)
+    tag_as_earlier_build(docker_client, blueprint, tiny_built.image_id)
     with pytest.raises(DockerError) as failure:
-        build_image(scratch, tiny_blueprint(project), load_settings(ROOT))
+        build_image(scratch, blueprint, load_settings(ROOT))
     message = str(failure.value)
     assert "hash" in message.lower() and "torch" in message, message[-3000:]
-    assert not docker_client.images.list(name="vllm-factory/tiny-tampered-test")
+    assert tags_of(docker_client, blueprint) == {tiny_built.image_id}, "the earlier build keeps its tags"
 
 
 def test_stale_generated_files_are_refused_before_building(scratch: Path) -> None:

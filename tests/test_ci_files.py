@@ -7,16 +7,21 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import yaml
+
 from tests.conftest import ROOT
 
 WORKFLOW = ROOT / ".github" / "workflows" / "publish.yml"
+PULL_REQUESTS = ROOT / ".github" / "workflows" / "ci.yml"
 BAKE = ROOT / "images" / "docker-bake.hcl"
 
 
-def test_zizmor_finds_nothing_in_the_workflow() -> None:
+@pytest.mark.parametrize("workflow", [WORKFLOW, PULL_REQUESTS], ids=lambda p: p.name)
+def test_zizmor_finds_nothing_in_the_workflow(workflow: Path) -> None:
     zizmor = Path(sys.executable).parent / "zizmor"
     result = subprocess.run(
-        [str(zizmor), "--offline", "--persona", "pedantic", str(WORKFLOW)],
+        [str(zizmor), "--offline", "--persona", "pedantic", str(workflow)],
         capture_output=True,
         text=True,
         check=False,
@@ -24,11 +29,26 @@ def test_zizmor_finds_nothing_in_the_workflow() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_every_action_is_pinned_by_commit() -> None:
-    uses = re.findall(r"uses:\s*(\S+)", WORKFLOW.read_text())
+@pytest.mark.parametrize("workflow", [WORKFLOW, PULL_REQUESTS], ids=lambda p: p.name)
+def test_every_action_is_pinned_by_commit(workflow: Path) -> None:
+    uses = re.findall(r"uses:\s*(\S+)", workflow.read_text())
     assert uses
     for action in uses:
         assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", action), f"not pinned by SHA: {action}"
+
+
+def test_pull_requests_run_the_readme_test_command() -> None:
+    """ci.yml runs .ci/run, and .ci/run runs the command the README gives for running the tests."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("# Run the tests", 1)[1]
+    command = section.split("\n", 2)[1].strip()
+    assert command.startswith("testbench/up &&"), command
+    ci_run = (ROOT / ".ci" / "run").read_text()
+    assert ci_run.rstrip().splitlines()[-1] == command
+    workflow = yaml.safe_load(PULL_REQUESTS.read_text())
+    assert set(workflow[True]) >= {"pull_request"}, "yaml reads `on:` as True"
+    steps = [step.get("run", "") for step in workflow["jobs"]["tests"]["steps"]]
+    assert any(step.endswith(".ci/run") for step in steps), steps
 
 
 def test_workflow_publishes_through_the_factory_and_signs_by_digest() -> None:

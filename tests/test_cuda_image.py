@@ -6,14 +6,17 @@ drift checks, the GPU request in the container's configuration, and layer sharin
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import docker
 import pytest
+import yaml
 
 from factory.blueprint import Blueprint
 from factory.build.builder import BuildResult, build_image
 from factory.engine import OWNER_LABEL
+from factory.plan.settings import setting
 from factory.project import Project
 from factory.settings import load_settings
 from factory.validate.container import gpu_run_options
@@ -100,6 +103,63 @@ def test_gpu_images_request_their_gpus(
         assert requests[0]["Count"] == -1 and requests[0]["Capabilities"] == [["gpu"]]
     finally:
         container.remove(force=True)
-    amd = gpu_run_options(kimi(project, "mi300x").vendor, {"RENDER_GID": "109"})
-    assert amd["devices"] == ["/dev/kfd", "/dev/dri"] and amd["group_add"] == ["video", "109"]
-    assert amd["security_opt"] == ["seccomp=unconfined"]
+
+
+def test_amd_containers_get_the_devices_groups_and_profile_their_compose_files_name(
+    project: Project, h200_built: BuildResult, docker_client: docker.DockerClient
+) -> None:
+    """Created, never started (no /dev/kfd here): what validate asks the engine for, read back from the
+    engine, and the same as what the generated compose file asks for."""
+    mi300x = kimi(project, "mi300x")
+    container = docker_client.containers.create(
+        h200_built.image_id,
+        labels={OWNER_LABEL: "test"},
+        **gpu_run_options(mi300x.vendor, {"RENDER_GID": "109"}),
+    )
+    try:
+        host = container.attrs["HostConfig"]
+    finally:
+        container.remove(force=True)
+    devices = {device["PathOnHost"]: device["PathInContainer"] for device in host["Devices"]}
+    assert devices == {"/dev/kfd": "/dev/kfd", "/dev/dri": "/dev/dri"}
+    assert host["GroupAdd"] == ["video", "109"] and host["SecurityOpt"] == ["seccomp=unconfined"]
+    compose = yaml.safe_load(
+        (ROOT / "compose/kimi-linear-48b-a3b-instruct/mi300x-default/single_node_tp/compose.yaml").read_text()
+    )
+    service = next(iter(compose["services"].values()))
+    assert service["devices"] == list(devices) and service["security_opt"] == host["SecurityOpt"]
+    assert service["group_add"] == [
+        "video",
+        "${RENDER_GID:?set RENDER_GID: " + setting("RENDER_GID").why + " (see .env.example)}",
+    ]
+
+
+def test_check_args_parses_every_target_of_the_release_in_one_built_image(
+    h200_built: BuildResult, tiny_built: BuildResult
+) -> None:
+    """AMD, Grace and B-series targets cannot be built here; their commands still meet vLLM 0.11.2's own
+    parser, inside the H200 image (the parser is the same whatever the accelerator)."""
+    result = run_factory(ROOT, "check-args")
+    assert result.returncode == 0, result.stdout + result.stderr
+    accepted = set(
+        re.findall(r"^accepted +\S+kimi-linear\S+:vllm0\.11\.2-(\w+)-default:", result.stdout, re.M)
+    )
+    every = {"h100", "h200", "b200", "b300", "gb200", "gb300", "mi300x", "mi325x", "mi350x", "mi355x"}
+    assert every <= accepted, result.stdout
+    assert "not parser-checked" not in result.stdout, result.stdout
+
+
+def test_check_args_names_a_rejected_value_on_a_target_not_built_here(
+    h200_built: BuildResult, scratch: Path
+) -> None:
+    recipe = scratch / "recipes/models/moonshotai/Kimi-Linear-48B-A3B-Instruct.yaml"
+    data = yaml.safe_load(recipe.read_text())
+    data["hardware_overrides"]["amd"]["extra_args"] += ["--max-num-seqs", "many"]
+    recipe.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert run_factory(scratch, "generate").returncode == 0
+    result = run_factory(scratch, "check-args")
+    assert result.returncode == 1, result.stdout + result.stderr
+    rejected = [line for line in result.stderr.splitlines() if line.startswith("REJECTED")]
+    assert rejected and all("mi3" in line for line in rejected), result.stderr
+    assert "invalid int value: 'many'" in result.stderr
+    assert "vllm0.11.2-mi300x-default" in result.stderr

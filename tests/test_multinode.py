@@ -80,6 +80,14 @@ class Node:
         return found[0]
 
 
+def printed_start(compose_file: Path) -> list[str]:
+    """The compose arguments of the file's `# Start: docker compose -f FILE ...` line."""
+    line = next(line for line in compose_file.read_text().splitlines() if line.startswith("# Start: "))
+    words = line.removeprefix("# Start: ").split("  (", 1)[0].split()
+    assert words[:4] == ["docker", "compose", "-f", compose_file.name], line
+    return words[4:]
+
+
 @pytest.fixture
 def two_nodes(
     tiny_built: Any, docker_client: docker.DockerClient, tmp_path: Path
@@ -119,9 +127,14 @@ def test_two_containers_rendezvous_and_serve_through_the_head(
 ) -> None:
     # no_leftovers comes first so that it is torn down last, after two_nodes removed the nodes.
     head, worker = two_nodes
-    for node in (head, worker):
-        result = node.compose("up", "-d")
-        assert result.returncode == 0, result.stderr
+    result = head.compose("up", "-d")
+    assert result.returncode == 0, result.stderr
+    # The worker starts as its file's own `# Start:` line says (a headless rank: no --wait, since compose's
+    # --wait refuses a service whose health check is off).
+    start = printed_start(DEPLOYMENT / "worker-1.compose.yaml")
+    assert start == ["up", "-d"]
+    result = worker.compose(*start)
+    assert result.returncode == 0, result.stderr
     head_container, worker_container = head.container(docker_client), worker.container(docker_client)
     port = head_container.ports["8000/tcp"][0]["HostPort"]
 
@@ -138,6 +151,12 @@ def test_two_containers_rendezvous_and_serve_through_the_head(
 
     base_url = f"http://127.0.0.1:{port}"
     wait_healthy(f"{base_url}/health", head_container.name, 600, state)
+    # The head's compose health check asks the address it listens on (its --host): healthy, so the head's
+    # printed start (with --wait) passes.
+    start = printed_start(DEPLOYMENT / "head.compose.yaml")
+    assert start == ["up", "-d", "--wait"]
+    result = head.compose(*start, "--wait-timeout", "180")
+    assert result.returncode == 0, result.stderr
     assert check_models(base_url, TINY) == [TINY]
     answer = chat(base_url, TINY)
     assert answer.completion_tokens > 0

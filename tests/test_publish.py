@@ -26,7 +26,7 @@ from factory.publish.platforms import DOCKER_LIST, DOCKER_MANIFEST, platform_gro
 from factory.publish.publisher import publish_image
 from factory.publish.pusher import PushFailed, push
 from factory.publish.registry import Credentials, manifest_digest, registry_request
-from tests.conftest import KIMI, ROOT, TINY, blueprint_of, run_factory
+from tests.conftest import ROOT, TINY, blueprint_of, run_factory
 from tests.registry import LocalRegistry
 
 pytestmark = [pytest.mark.docker, pytest.mark.e2e]
@@ -148,23 +148,27 @@ def test_the_registry_stopping_mid_push_retries_then_fails_and_claims_nothing(
     assert manifest_digest(empty_registry.address, "factory-test/interrupted", "mid-push", login) is None
 
 
-def test_an_unvalidated_image_is_refused(project: Project, tmp_path: Path, registry: LocalRegistry) -> None:
-    plan = blueprint_of(project, KIMI, "h200").image
+def test_an_unvalidated_image_is_refused(
+    project: Project, tiny_built: Any, tmp_path: Path, empty_registry: LocalRegistry
+) -> None:
+    """The image is built (this test builds it if no other did) but has no validation record here."""
+    registry = empty_registry
+    plan = tiny(project)
     with pytest.raises(RefusedError, match="is not validated: no validation record"):
         publish_image(plan, registry.address, tmp_path / "validated")
     result = run_factory(
         ROOT,
         "publish",
-        KIMI,
+        TINY,
         "--hardware",
-        "h200",
+        "cpu",
         "--registry",
         registry.address,
         "--reports",
         str(tmp_path),
     )
     assert result.returncode == 2 and "is not validated" in result.stderr
-    assert "vllm-factory/kimi-linear-48b-a3b-instruct" not in registry.repositories()
+    assert "vllm-factory/tiny-random-llama" not in registry.repositories()
 
 
 def test_the_password_appears_in_no_output_or_report(

@@ -93,7 +93,22 @@ def test_health_that_never_answers_times_out_naming_container_and_url(
     message = str(failure.value)
     assert "timed out after 5 s" in message
     assert f"{started.base_url}/health" in message and started.name in message
-    assert started.base_url.startswith("http://127.0.0.1:"), "probes stay on loopback"
+    assert started.base_url.startswith("http://127.0.0.1:")
+
+
+def test_the_validation_container_publishes_its_api_on_loopback_only(
+    project: Project, silent_image: object, no_leftovers: None, docker_client: docker.DockerClient
+) -> None:
+    """What the engine was asked for, read back from the engine: no port on any address but loopback."""
+    blueprint = tiny_plan(project)
+    plan = blueprint.image.model_copy(update={"repository": "factory-test/silent", "tag": "latest"})
+    with running(plan, blueprint.vendor, blueprint.server, [], "loopback") as started:
+        attrs = docker_client.containers.get(started.name).attrs
+    published = attrs["NetworkSettings"]["Ports"]
+    bindings = [binding for port in published.values() for binding in port or []]
+    assert bindings, published
+    assert {binding["HostIp"] for binding in bindings} == {"127.0.0.1"}, bindings
+    assert attrs["HostConfig"]["PortBindings"][f"{blueprint.server.port}/tcp"][0]["HostIp"] == "127.0.0.1"
 
 
 GOOD = {

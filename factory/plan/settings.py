@@ -1,12 +1,13 @@
 """Run-time settings: the placeholders recipes, strategies and the factory write on purpose ($HEAD_IP,
 $IFACE_NAME, $PREFILL_NODE_1, ...). Compose files turn each into a variable that names what to set
-(or has a default), .env.example lists them, and every other `$` is escaped so compose never expands it.
+(or has a default), .env.example lists them, and every other `$` is escaped so compose never expands it:
+a recipe's `${HOME}` or `$(cmd)` reaches vLLM as written, and never reads the operator's environment.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 # $NAME or ${NAME}, an upper-case shell variable name: the spelling of a placeholder.
@@ -47,7 +48,8 @@ _PATTERNS = (
 )
 
 
-def setting(name: str) -> Setting:
+def known_setting(name: str) -> Setting | None:
+    """The setting a placeholder names, or None when it is not one the factory knows (then it is text)."""
     if name in SETTINGS:
         return SETTINGS[name]
     for pattern, why in _PATTERNS:
@@ -55,15 +57,30 @@ def setting(name: str) -> Setting:
         if match:
             groups = [match.group(0), *(g.lower() for g in match.groups())]
             return Setting("13345" if "DP_RPC_PORT" in name else None, why.format(*groups))
-    return Setting(None, f"a value the recipe names as ${name}; set it for your cluster")
+    return None
+
+
+def setting(name: str) -> Setting:
+    found = known_setting(name)
+    if found is None:
+        raise KeyError(f"${name} is not a setting the factory knows")
+    return found
+
+
+def _placeholders(text: str) -> Iterator[tuple[re.Match[str], str]]:
+    """The known settings a text names, with where: every other `$NAME` is text."""
+    for match in PLACEHOLDER.finditer(text):
+        name = match.group("braced") or match.group("bare")
+        if known_setting(name) is not None:
+            yield match, name
 
 
 def placeholder_names(texts: Iterable[str]) -> list[str]:
     """The settings the texts use, in order of first use."""
     names: dict[str, None] = {}
     for text in texts:
-        for match in PLACEHOLDER.finditer(text):
-            names[match.group("braced") or match.group("bare")] = None
+        for _, name in _placeholders(text):
+            names[name] = None
     return list(names)
 
 
@@ -72,9 +89,8 @@ def compose_value(value: str) -> str:
     `$` is doubled, so compose passes it through as it is."""
     parts = []
     last = 0
-    for match in PLACEHOLDER.finditer(value):
+    for match, name in _placeholders(value):
         parts.append(value[last : match.start()].replace("$", "$$"))
-        name = match.group("braced") or match.group("bare")
         known = setting(name)
         if known.default is not None:
             parts.append(f"${{{name}:-{known.default}}}")
@@ -91,6 +107,9 @@ def example_value(value: str, examples: dict[str, str]) -> str:
 
     def fill(match: re.Match[str]) -> str:
         name = match.group("braced") or match.group("bare")
-        return examples.get(name) or setting(name).default or "10.0.0.1"
+        known = known_setting(name)
+        if known is None:
+            return match.group(0)
+        return examples.get(name) or known.default or "10.0.0.1"
 
     return PLACEHOLDER.sub(fill, value)

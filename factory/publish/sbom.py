@@ -12,9 +12,11 @@ from typing import Any
 from urllib.parse import quote
 
 import docker
+from docker.errors import ImageNotFound
 
 from factory import __version__
 from factory.engine import connect
+from factory.errors import DockerError
 from factory.files import write_text_atomic
 from factory.plan.models import ImagePlan
 from factory.validate.static import run_in_image
@@ -48,7 +50,10 @@ def inventory(client: docker.DockerClient, image: str) -> dict[str, Any]:
 
 
 def cyclonedx(client: docker.DockerClient, reference: str) -> dict[str, Any]:
-    image = client.images.get(reference)
+    try:
+        image = client.images.get(reference)
+    except ImageNotFound:
+        raise DockerError(f"{reference} is not built on this engine; build it first") from None
     found = inventory(client, reference)
     components = [
         {

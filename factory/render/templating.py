@@ -79,6 +79,10 @@ def render_compose(plan: Deployment, index: int, server: Server) -> str:
             network="host" if plan.host_network else "published",
             port=port,
             health="http" if role.serves_http else "none",
+            # A headless rank has no API to wait for (compose's --wait refuses a service whose check is
+            # off); the head turns healthy only once every rank has joined, so its --wait covers it.
+            start=f"docker compose -f {plan.file_name(role)} up -d"
+            + (" --wait" if role.serves_http else "  (headless: the head's --wait covers this node)"),
             # The health check asks where the server listens: its --host when it has one (on the host's
             # network), else loopback inside its own container.
             health_url=f"http://{compose_value(flag_value(role.args, '--host') or '127.0.0.1')}:{port}"
