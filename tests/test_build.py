@@ -121,7 +121,7 @@ def test_secrets_reach_no_layer_history_or_log(
 ) -> None:
     """A build whose secrets carry a canary, not from the cache (every RUN step reads them): the canary is
     in no file of any layer, not in the history, the config or the build's output. (One more system
-    package makes every step new without --no-cache, which would replace the cache other tests reuse.)"""
+    package gives this build cache entries of its own: --no-cache then replaces none that others reuse.)"""
     canary = f"factory-canary-{uuid.uuid4().hex}"
     settings = load_settings(ROOT)
     bundle = tmp_path / "ca.pem"  # the real bundle (the proxy needs it), and a line PEM readers skip
@@ -138,7 +138,7 @@ def test_secrets_reach_no_layer_history_or_log(
     remove_repository.append("vllm-factory/tiny-secrets-test")
     log = io.StringIO()
     with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-        built = build_image(scratch, blueprint, settings, echo=True)
+        built = build_image(scratch, blueprint, settings, echo=True, no_cache=True)
     assert built.cached_steps < built.total_steps, "every step ran with the canary secrets"
     assert canary not in log.getvalue()
     image = docker_client.images.get(built.image_id)
