@@ -71,6 +71,12 @@ def check_args(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def matrix(session: nox.Session) -> None:
+    """reports/matrix.html and .md: how far each model and variant got on each hardware (after builds)."""
+    factory(session, "matrix", *session.posargs)
+
+
+@nox.session(default=False)
 def conformance(session: nox.Session) -> None:
     """Compare every rendering of the upstream tree with the site's own JSON API; prints the table."""
     tree, oracle = os.environ.get("FACTORY_UPSTREAM_RECIPES"), os.environ.get("FACTORY_RECIPES_ORACLE")

@@ -134,6 +134,25 @@ def cmd_list(project: Project, args: argparse.Namespace) -> int:
     return _report_problems(blueprints.problems)
 
 
+def cmd_matrix(project: Project, args: argparse.Namespace) -> int:
+    from factory.blueprint import plan_project
+    from factory.engine import connect
+    from factory.errors import DockerError
+    from factory.matrix import coverage, hadolint, write_matrix
+
+    blueprints = plan_project(project)
+    try:
+        client = connect()
+    except DockerError as exc:
+        client = None
+        warn(f"no Docker Engine ({str(exc).splitlines()[0]}): cells stop at linted")
+    matrix = coverage(blueprints, project.out, args.reports, client, hadolint)
+    for path in write_matrix(matrix, args.reports, f"vLLM image factory coverage: {project.relative(project.tree.root)}"):
+        say(f"wrote {path}")
+    say(", ".join(f"{count} {level}" for level, count in matrix.counts().items()))
+    return _report_problems(blueprints.problems)
+
+
 def cmd_lock(project: Project, args: argparse.Namespace) -> int:
     from factory.lock.locker import lock
     from factory.settings import load_settings
@@ -203,8 +222,10 @@ def cmd_build(project: Project, args: argparse.Namespace) -> int:
             blueprint,
             settings,
             backend=args.backend,
-            echo=args.verbose or sys.stderr.isatty(),
+            echo=args.verbose,
             report=say,
+            # One updating line on a terminal, timestamped lines in a log (-v prints BuildKit's own).
+            show_progress=None if args.verbose else sys.stdout,
         )
         results.append(result)
         say(summary(result))
@@ -218,7 +239,9 @@ def cmd_validate(project: Project, args: argparse.Namespace) -> int:
 
     status = 0
     for blueprint in _selected(project, args):
-        report = validate_image(blueprint, args.reports, args.health_timeout, note=say)
+        report = validate_image(
+            blueprint, args.reports, args.health_timeout, note=say, progress_to=sys.stdout
+        )
         for case in report.cases:
             say(f"  {case.status:7} {case.name}: {case.detail.splitlines()[0] if case.detail else ''}")
         ok, line = report.verdict(args.allow_no_gpu)
@@ -341,6 +364,13 @@ def build_parser() -> argparse.ArgumentParser:
         "check-args", help="parse every serve command of every image with the vLLM release it runs"
     )
     args_check.set_defaults(func=cmd_check_args)
+
+    matrix = sub.add_parser(
+        "matrix",
+        help="write reports/matrix.html and .md: how far each model and variant got on each hardware",
+    )
+    matrix.add_argument("--reports", type=Path, default=Path("reports"), help="where validation reports are")
+    matrix.set_defaults(func=cmd_matrix)
 
     conf = sub.add_parser(
         "conformance", help="compare every rendering with the upstream site's JSON API for the same tree"

@@ -6,17 +6,21 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import IO
 
 import yaml
 
 from factory.build.context import StagedContext
 from factory.build.progress import BuildLog
 from factory.errors import DockerError
+from factory.live import BuildProgress
 from factory.tools import compose_binary
 
 
@@ -80,7 +84,36 @@ def bake_file(staged: StagedContext, tag: str, platform: str) -> dict[str, objec
     }
 
 
-def run_build(staged: StagedContext, tag: str, backend: str, echo: bool, no_cache: bool = False) -> BuildLog:
+def _lines(stream: IO[str]) -> Iterator[str | None]:
+    """The stream's lines, and None after each second in which none came (a reader thread waits)."""
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def read() -> None:
+        for line in stream:
+            lines.put(line)
+        lines.put(None)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    while True:
+        try:
+            line = lines.get(timeout=1.0)
+        except queue.Empty:
+            yield None
+            continue
+        if line is None:
+            return
+        yield line
+
+
+def run_build(
+    staged: StagedContext,
+    tag: str,
+    backend: str,
+    echo: bool,
+    no_cache: bool = False,
+    progress: BuildProgress | None = None,
+) -> BuildLog:
     """Build `staged` into `tag`; raise DockerError with the failing step's log when it fails."""
     workdir = staged.directory.parent
     if backend == "bake":
@@ -99,8 +132,14 @@ def run_build(staged: StagedContext, tag: str, backend: str, echo: bool, no_cach
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, errors="replace"
     ) as process:
         assert process.stdout is not None
-        for line in process.stdout:
+        for line in _lines(process.stdout):
+            if line is None:  # a second without output: the progress clock still moves
+                if progress is not None:
+                    progress.tick()
+                continue
             log.feed(line.rstrip("\n"))
+            if progress is not None:
+                progress.feed(line.rstrip("\n"))
             if echo:
                 print(line, end="", file=sys.stderr)
     if process.returncode != 0:

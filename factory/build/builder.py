@@ -12,6 +12,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TextIO
 
 import docker
 from docker.errors import ImageNotFound
@@ -22,6 +23,7 @@ from factory.build.context import check_generated, stage
 from factory.engine import connect, engine_facts
 from factory.errors import DockerError
 from factory.files import write_text_atomic
+from factory.live import BuildProgress
 from factory.plan.models import ImagePlan
 from factory.reporter import Reporter, silent
 from factory.settings import BuildSettings
@@ -63,6 +65,7 @@ def build_image(
     echo: bool = False,
     no_cache: bool = False,
     report: Reporter = silent,
+    show_progress: TextIO | None = None,
 ) -> BuildResult:
     """Build the blueprint's image from its generated folder under `root`, then tag it."""
     image = blueprint.image
@@ -79,7 +82,16 @@ def build_image(
         if not _has_image(client, staged.base_image):
             report(f"note: base image {staged.base_image} is not in the engine; BuildKit will try to pull it")
         try:
-            log = run_build(staged, temporary, chosen, echo, no_cache)
+            progress = (
+                BuildProgress(image.reference, show_progress, show_progress.isatty())
+                if show_progress
+                else None
+            )
+            try:
+                log = run_build(staged, temporary, chosen, echo, no_cache, progress)
+            finally:
+                if progress is not None:
+                    progress.close()
             built = client.images.get(temporary)
             tags = [image.reference, image.immutable_reference]
             for tag in tags:

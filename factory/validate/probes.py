@@ -36,7 +36,12 @@ class ChatResult:
 
 
 def wait_healthy(
-    url: str, name: str, timeout_s: float, state: Callable[[], ContainerState], poll_s: float = 0.5
+    url: str,
+    name: str,
+    timeout_s: float,
+    state: Callable[[], ContainerState],
+    poll_s: float = 0.5,
+    tick: Callable[[], None] = lambda: None,
 ) -> float:
     """Seconds until GET `url` (the health endpoint) answered 200. Fails at once when the container exits
     or the server answers 5xx (the engine died); while the model loads the port refuses connections, so
@@ -44,6 +49,7 @@ def wait_healthy(
     started = time.monotonic()
     last_error = "no answer yet"
     while time.monotonic() - started < timeout_s:
+        tick()  # the countdown an operator watches
         current = state()
         if not current.running:
             raise ProbeFailure(

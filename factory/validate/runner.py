@@ -6,6 +6,7 @@ import os
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 import docker
 from docker.errors import ImageNotFound
@@ -15,6 +16,7 @@ from factory.catalog.schema import Vendor
 from factory.engine import EngineFacts, connect, engine_facts
 from factory.errors import DockerError
 from factory.leftovers import sweep
+from factory.live import Countdown
 from factory.plan.models import Deployment, ImagePlan
 from factory.reporter import Reporter, silent
 from factory.validate import static
@@ -56,7 +58,11 @@ def gpu_access(vendor: Vendor, facts: EngineFacts) -> GpuAccess:
 
 
 def validate_image(
-    blueprint: Blueprint, reports: Path, health_timeout_s: float | None = None, note: Reporter = silent
+    blueprint: Blueprint,
+    reports: Path,
+    health_timeout_s: float | None = None,
+    note: Reporter = silent,
+    progress_to: TextIO | None = None,  # where the wait for /health counts down (None: nowhere)
 ) -> ValidationReport:
     """Static checks of the built image, then (where its GPU is present) a real server probed."""
     image = blueprint.image
@@ -84,7 +90,7 @@ def validate_image(
         single = next((plan for plan in plans if plan.nodes == 1), None)
         args = single.roles[0].args if single else []
         timeout_s = health_timeout_s or image.start_period_s + HEALTH_MARGIN_S
-        _live_probes(blueprint, args, report, timeout_s)
+        _live_probes(blueprint, args, report, timeout_s, progress_to)
     stem = f"validate-{image.slug}-{image.tag}"
     write_json(report, reports / f"{stem}.json")
     write_junit(report, reports / f"{stem}.xml")
@@ -107,13 +113,36 @@ def _static_checks(
         report.add("static:run-in-image", False, f"a check could not run inside the image: {exc}")
 
 
-def _live_probes(blueprint: Blueprint, args: list[str], report: ValidationReport, timeout_s: float) -> None:
+def _live_probes(
+    blueprint: Blueprint,
+    args: list[str],
+    report: ValidationReport,
+    timeout_s: float,
+    progress_to: TextIO | None,
+) -> None:
     image = blueprint.image
     report.gpu_probes_run = True
     with running(image, blueprint.vendor, blueprint.server, args, uuid.uuid4().hex[:12]) as started:
         step = "live:health"
         try:
-            seconds = wait_healthy(started.health_url, started.name, timeout_s, started.state)
+            countdown = (
+                Countdown(
+                    f"{started.health_url} ({started.name})", timeout_s, progress_to, progress_to.isatty()
+                )
+                if progress_to is not None
+                else None
+            )
+            try:
+                seconds = wait_healthy(
+                    started.health_url,
+                    started.name,
+                    timeout_s,
+                    started.state,
+                    tick=countdown.tick if countdown else lambda: None,
+                )
+            finally:
+                if countdown is not None:
+                    countdown.close()
             report.add(step, True, f"GET {started.health_url} answered 200 after {seconds:.1f} s", seconds)
             step = "live:models"
             models = check_models(started.base_url, image.served_model_name)

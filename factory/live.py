@@ -1,0 +1,191 @@
+"""What a build is doing while it runs: the current BuildKit step, time since the build started, how many
+steps came from the cache, and bytes where BuildKit reports them. On a terminal one line updates in place
+(rich draws it); elsewhere (a CI log) each step start and end is a timestamped line, and a step that runs
+long says so every `heartbeat_s` with its latest output, so a slow download never looks like a hang."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+
+_STEP = re.compile(r"^#(?P<id>\d+) \[(?P<stage>[^\]]*\d+/\d+)\] (?P<what>.*)$")
+_CACHED = re.compile(r"^#(?P<id>\d+) CACHED$")
+_DONE = re.compile(r"^#(?P<id>\d+) DONE (?P<seconds>[\d.]+)s$")
+_OUTPUT = re.compile(r"^#(?P<id>\d+) (?:[\d.]+ )?(?P<text>.+)$")
+# BuildKit's transfer lines: "#5 sha256:ab12... 12.58MB / 96.12MB 1.2s", "transferring context: 1.05MB".
+_BYTES = re.compile(
+    r"(?P<size>\d+(?:\.\d+)?)(?P<unit>[kKMG]?B)(?: / (?P<total>\d+(?:\.\d+)?)(?P<tunit>[kKMG]?B))?"
+)
+_UNITS = {"B": 1, "kB": 1e3, "KB": 1e3, "MB": 1e6, "GB": 1e9}
+
+
+def human_bytes(count: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if count >= size:
+            return f"{count / size:.1f} {unit}"
+    return f"{count:.0f} B"
+
+
+def clock(seconds: float) -> str:
+    minutes, rest = divmod(int(seconds), 60)
+    return f"{minutes}m{rest:02d}s" if minutes else f"{rest}s"
+
+
+@dataclass
+class Step:
+    title: str  # "[3/9] RUN apt-get ..."
+    started: float
+    cached: bool = False
+    done_s: float | None = None
+    transferred: dict[str, float] = field(default_factory=dict)  # what -> bytes so far
+    last_output: str = ""
+
+
+class BuildProgress:
+    """Fed BuildKit's plain output line by line; shows it as it goes."""
+
+    def __init__(
+        self,
+        image: str,
+        out: TextIO,
+        terminal: bool,
+        heartbeat_s: float = 30.0,
+        now: Callable[[], float] = time.monotonic,
+        wall: Callable[[], str] = lambda: time.strftime("%H:%M:%S"),
+    ) -> None:
+        self.image, self.out, self.terminal, self.heartbeat_s = image, out, terminal, heartbeat_s
+        self.now, self.wall = now, wall
+        self.started = now()
+        self.steps: dict[str, Step] = {}
+        self.current: str | None = None
+        self.last_said = self.started
+        self.live: Live | None = None
+        if terminal:
+            console = Console(file=out, force_terminal=True, highlight=False)
+            self.live = Live(Text(""), console=console, refresh_per_second=4, transient=True)
+            self.live.start()
+
+    def feed(self, line: str) -> None:
+        if match := _STEP.match(line):
+            if match["id"] not in self.steps and not match["what"].startswith("FROM "):
+                self.steps[match["id"]] = Step(f"[{match['stage']}] {match['what'][:90]}", self.now())
+                self.current = match["id"]
+                self._plain(f"{self.steps[match['id']].title}")
+        elif match := _CACHED.match(line):
+            if step := self.steps.get(match["id"]):
+                step.cached = True
+                self._plain(f"{step.title}: cached")
+        elif match := _DONE.match(line):
+            if (step := self.steps.get(match["id"])) and not step.cached:
+                step.done_s = float(match["seconds"])
+                self._plain(f"{step.title}: done in {clock(step.done_s)}{self._bytes_of(step)}")
+        elif (match := _OUTPUT.match(line)) and (step := self.steps.get(match["id"])):
+            step.last_output = match["text"][:120]
+            for found in _BYTES.finditer(match["text"]):
+                what = match["text"].split(" ", 1)[0]
+                step.transferred[what] = float(found["size"]) * _UNITS.get(found["unit"], 1)
+        self.tick()
+
+    def tick(self) -> None:
+        """Called with each line and about once a second without one: the clock moves on either way."""
+        self._heartbeat()
+        self._draw()
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+
+    @property
+    def cached(self) -> int:
+        return sum(step.cached for step in self.steps.values())
+
+    def status(self) -> str:
+        """The one line a terminal shows."""
+        step = self.steps.get(self.current or "")
+        doing = step.title if step else "starting"
+        moved = sum(sum(s.transferred.values()) for s in self.steps.values())
+        extra = f", {human_bytes(moved)} transferred" if moved else ""
+        return (
+            f"building {self.image}: {doing}  {clock(self.now() - self.started)}, {self.cached} cached{extra}"
+        )
+
+    def _bytes_of(self, step: Step) -> str:
+        total = sum(step.transferred.values())
+        return f", {human_bytes(total)}" if total else ""
+
+    def _plain(self, text: str) -> None:
+        if self.terminal:
+            return
+        self.out.write(f"{self.wall()} +{clock(self.now() - self.started)} {text}\n")
+        self.out.flush()
+        self.last_said = self.now()
+
+    def _heartbeat(self) -> None:
+        step = self.steps.get(self.current or "")
+        if self.terminal or step is None or step.done_s is not None or step.cached:
+            return
+        if self.now() - self.last_said >= self.heartbeat_s:
+            running = clock(self.now() - step.started)
+            self._plain(
+                f"{step.title}: running for {running}{self._bytes_of(step)}; last: {step.last_output}"
+            )
+
+    def _draw(self) -> None:
+        if self.live is not None:
+            self.live.update(Text(self.status()))
+
+
+class Countdown:
+    """A long wait (a server loading its model) shown as the seconds left until its deadline: an updating
+    line on a terminal, a timestamped line every `every_s` elsewhere."""
+
+    def __init__(
+        self,
+        what: str,
+        deadline_s: float,
+        out: TextIO,
+        terminal: bool,
+        every_s: float = 15.0,
+        now: Callable[[], float] = time.monotonic,
+        wall: Callable[[], str] = lambda: time.strftime("%H:%M:%S"),
+    ) -> None:
+        self.what, self.deadline_s, self.out, self.terminal, self.every_s = (
+            what,
+            deadline_s,
+            out,
+            terminal,
+            every_s,
+        )
+        self.now, self.wall = now, wall
+        self.started = self.last_said = now()
+        self.live: Live | None = None
+        if terminal:
+            console = Console(file=out, force_terminal=True, highlight=False)
+            self.live = Live(Text(self.line()), console=console, refresh_per_second=4, transient=True)
+            self.live.start()
+
+    def line(self) -> str:
+        waited = self.now() - self.started
+        left = max(0.0, self.deadline_s - waited)
+        return f"waiting for {self.what}: {clock(waited)} so far, {clock(left)} left before the deadline"
+
+    def tick(self) -> None:
+        if self.live is not None:
+            self.live.update(Text(self.line()))
+        elif self.now() - self.last_said >= self.every_s:
+            self.out.write(f"{self.wall()} {self.line()}\n")
+            self.out.flush()
+            self.last_said = self.now()
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None

@@ -1,0 +1,169 @@
+"""`factory matrix`: how far each model and variant got on each hardware, from the factory's own records:
+the plan (generated, skipped and why, not buildable and why), hadolint on the generated Dockerfile, the
+engine (built from exactly these inputs), and the validation reports (static checks, live probes on CPU
+or GPU). Written as self-contained HTML (no script, no remote resource) and Markdown."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import docker
+from docker.errors import DockerException, ImageNotFound
+
+from factory.blueprint import Blueprint, Blueprints
+from factory.render.templating import environment
+from factory.tools import hadolint_binary
+
+# Deepest last; a cell shows the deepest level its records prove.
+LEVELS = (
+    "skipped",
+    "not buildable",
+    "generated",
+    "linted",
+    "built",
+    "static checks passed",
+    "served on CPU",
+    "served on GPU",
+)
+
+
+@dataclass(frozen=True)
+class Cell:
+    level: str
+    detail: str  # the tooltip: why it stops there, or what proved it
+    link: str | None = None  # the record behind it, relative to the report folder
+
+    @property
+    def css(self) -> str:
+        return self.level.replace(" ", "-")
+
+
+@dataclass
+class Matrix:
+    hardware: list[str]
+    rows: dict[str, dict[str, Cell]] = field(default_factory=dict)  # "model (variant)" -> hardware -> cell
+
+    def counts(self) -> dict[str, int]:
+        found = [cell.level for row in self.rows.values() for cell in row.values()]
+        return {level: found.count(level) for level in LEVELS if level in found}
+
+
+def coverage(
+    blueprints: Blueprints,
+    root: Path,
+    reports: Path,
+    client: docker.DockerClient | None,
+    lint: Callable[[Path], str | None],
+) -> Matrix:
+    hardware: list[str] = []
+    matrix = Matrix(hardware)
+    for plan in blueprints.recipes:
+        for skipped in plan.skipped:
+            if skipped.hardware is None:
+                continue
+            row = matrix.rows.setdefault(f"{skipped.model} ({skipped.variant or 'default'})", {})
+            why = f"{skipped.strategy}: {skipped.reason}" if skipped.strategy else skipped.reason
+            earlier = row.get(skipped.hardware)
+            detail = f"{earlier.detail}\n{why}" if earlier and earlier.level == "skipped" else why
+            if earlier is None or earlier.level == "skipped":
+                row[skipped.hardware] = Cell("skipped", detail)
+            _column(hardware, skipped.hardware)
+        for blueprint in plan.images:
+            image = blueprint.image
+            row = matrix.rows.setdefault(f"{image.model_id} ({image.variant})", {})
+            row[image.hardware] = _cell(blueprint, root, reports, client, lint)
+            _column(hardware, image.hardware)
+    return matrix
+
+
+def _column(hardware: list[str], key: str) -> None:
+    if key not in hardware:
+        hardware.append(key)
+
+
+def _cell(
+    blueprint: Blueprint,
+    root: Path,
+    reports: Path,
+    client: docker.DockerClient | None,
+    lint: Callable[[Path], str | None],
+) -> Cell:
+    image = blueprint.image
+    if image.install is None:
+        return Cell("not buildable", image.unbuildable or "no install")
+    dockerfile = root / image.directory / "Dockerfile"
+    wanted = next((f.content for f in blueprint.image_files if f.path.name == "Dockerfile"), None)
+    if not dockerfile.is_file() or dockerfile.read_bytes() != wanted:
+        return Cell("skipped", f"{dockerfile} is missing or stale: run `factory generate`")
+    where = f"{image.directory}/Dockerfile"
+    cell = Cell("generated", f"{where} is current")
+    problem = lint(dockerfile)
+    if problem is not None:
+        return Cell("generated", f"{where}: hadolint: {problem}")
+    cell = Cell("linted", f"{where}: hadolint finds nothing")
+    built = _built_id(client, image.reference, image.inputs_hash)
+    if built is None:
+        return Cell(cell.level, f"{cell.detail}; no image built from these inputs on this engine")
+    cell = Cell("built", f"{image.reference} ({built[:19]}) built from inputs {image.inputs_hash[:12]}")
+    record = reports / f"validate-{image.slug}-{image.tag}.json"
+    if not record.is_file():
+        return cell
+    data = json.loads(record.read_text(encoding="utf-8"))
+    if data.get("image_id") != built:
+        return Cell(cell.level, f"{cell.detail}; {record.name} is about another build")
+    cases = data.get("cases", [])
+    static = [case for case in cases if case["name"].startswith("static:")]
+    live = [case for case in cases if case["name"].startswith("live:")]
+    if not static or any(case["status"] != "passed" for case in static):
+        failed = [case["name"] for case in static if case["status"] != "passed"]
+        return Cell(cell.level, f"{cell.detail}; static checks failed: {', '.join(failed)}", record.name)
+    if live and all(case["status"] == "passed" for case in live):
+        on = "GPU" if blueprint.vendor.gpu_check is not None else "CPU"
+        served = next((c["detail"] for c in live if c["name"] == "live:chat"), "")
+        return Cell(
+            f"served on {on}", f"live probes passed: /health, /v1/models, chat ({served})", record.name
+        )
+    why = next((case["detail"] for case in live if case["status"] != "passed"), "no live probe ran")
+    return Cell("static checks passed", f"{len(static)} static checks passed; live: {why}", record.name)
+
+
+def _built_id(client: docker.DockerClient | None, reference: str, inputs_hash: str) -> str | None:
+    if client is None:
+        return None
+    try:
+        found = client.images.get(reference)
+    except (ImageNotFound, DockerException):
+        return None
+    if (found.labels or {}).get("ai.vllm.factory.inputs-hash") != inputs_hash:
+        return None
+    return str(found.id)
+
+
+def hadolint(dockerfile: Path) -> str | None:
+    """None when hadolint finds nothing, else its first finding."""
+    result = subprocess.run(
+        [str(hadolint_binary()), "--format", "json", str(dockerfile)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    findings = json.loads(result.stdout or "[]")
+    if not findings:
+        return None if result.returncode == 0 else result.stderr.strip()[:200]
+    first = findings[0]
+    return f"{first.get('code')} line {first.get('line')}: {first.get('message')}"
+
+
+def write_matrix(matrix: Matrix, reports: Path, title: str) -> list[Path]:
+    reports.mkdir(parents=True, exist_ok=True)
+    context = {"matrix": matrix, "title": title, "levels": LEVELS, "counts": matrix.counts()}
+    written = []
+    for name in ("matrix.html", "matrix.md"):
+        path = reports / name
+        path.write_text(environment().get_template(f"{name}.j2").render(**context), encoding="utf-8")
+        written.append(path)
+    return written

@@ -1,0 +1,87 @@
+"""`factory matrix`: the coverage page, built from real records (a real validation of the built-in default)
+and opened in a real headless browser (Debian's chromium; as root it needs --no-sandbox)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from factory.project import Project
+from tests.conftest import KIMI, ROOT, TINY, blueprint_of, run_factory
+
+pytestmark = pytest.mark.docker
+
+
+def chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        message = "chromium is not installed (testbench/up installs Debian's)"
+        if os.environ.get("CI") or os.environ.get("FACTORY_REQUIRE_DOCKER"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+@pytest.fixture(scope="module")
+def matrix(tiny_validation: Any) -> tuple[Path, str, str]:
+    """The matrix over the project's recipes, with the reports of a real validation of the tiny image."""
+    _, reports = tiny_validation
+    result = run_factory(ROOT, "matrix", "--reports", str(reports))
+    assert result.returncode == 0, result.stderr
+    return reports, (reports / "matrix.html").read_text(), (reports / "matrix.md").read_text()
+
+
+def cells(markdown: str) -> dict[tuple[str, str], str]:
+    rows = [
+        [part.strip() for part in line.strip("|").split("|")]
+        for line in markdown.splitlines()
+        if line.startswith("|")
+    ]
+    header, body = rows[0], rows[2:]
+    return {
+        (row[0], hardware): level for row in body for hardware, level in zip(header[1:], row[1:], strict=True)
+    }
+
+
+def test_each_cell_is_the_deepest_level_its_records_prove(
+    matrix: tuple[Path, str, str], project: Project
+) -> None:
+    _, _, markdown = matrix
+    found = cells(markdown)
+    assert found[(f"{TINY} (default)", "cpu")] == "served on CPU", "validated live in this run"
+    assert found[(f"{KIMI} (default)", "gb200")] == "not buildable"
+    assert found[(f"{KIMI} (default)", "mi300x")] in {"linted", "built"}, "generated and hadolint-clean"
+    hardware = {hw for _, hw in found}
+    assert hardware >= {"cpu", "h200", "gb200", "mi300x"}
+
+
+def test_the_page_links_the_records_and_explains_each_cell(
+    matrix: tuple[Path, str, str], project: Project
+) -> None:
+    reports, html, _ = matrix
+    tiny = blueprint_of(project, TINY, "cpu").image
+    record = f"validate-{tiny.slug}-{tiny.tag}.json"
+    assert f'<a href="{record}">served on CPU</a>' in html and (reports / record).is_file()
+    gb200 = re.search(r'<td class="not-buildable" title="([^"]*)">not buildable</td>', html)
+    assert gb200 and "arm64" in gb200.group(1), "the reason is the tooltip"
+    assert "<script" not in html and not re.search(r'(src|href)="(https?:)?//', html), "self-contained"
+
+
+def test_a_real_browser_renders_the_table(matrix: tuple[Path, str, str], tmp_path: Path) -> None:
+    reports, _, _ = matrix
+    page = (reports / "matrix.html").as_uri()
+    browser = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1400,500"]
+    dom = subprocess.run(
+        [*browser, "--dump-dom", page], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert '<table id="matrix">' in dom.stdout and "served on CPU" in dom.stdout
+    shot = tmp_path / "matrix.png"
+    subprocess.run([*browser, f"--screenshot={shot}", page], capture_output=True, timeout=120, check=True)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
