@@ -147,7 +147,9 @@ def cmd_matrix(project: Project, args: argparse.Namespace) -> int:
         client = None
         warn(f"no Docker Engine ({str(exc).splitlines()[0]}): cells stop at linted")
     matrix = coverage(blueprints, project.out, args.reports, client, hadolint)
-    for path in write_matrix(matrix, args.reports, f"vLLM image factory coverage: {project.relative(project.tree.root)}"):
+    for path in write_matrix(
+        matrix, args.reports, f"vLLM image factory coverage: {project.relative(project.tree.root)}"
+    ):
         say(f"wrote {path}")
     say(", ".join(f"{count} {level}" for level, count in matrix.counts().items()))
     return _report_problems(blueprints.problems)

@@ -5,7 +5,7 @@ Targets with no built image of their release are listed as not parser-checked, n
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import docker
 
@@ -36,20 +36,32 @@ def built_image_of(client: docker.DockerClient, version: str) -> str | None:
 
 
 def check_all(client: docker.DockerClient, blueprints: list[Blueprint]) -> list[ArgsCheck]:
-    checks = []
-    by_version: dict[str, str | None] = {}
+    """Every image's commands, one container per vLLM release (importing vLLM to build its parser takes
+    most of the time: a container per image would take minutes)."""
+    by_version: dict[str, list[Blueprint]] = {}
     for blueprint in blueprints:
-        image = blueprint.image
-        version = image.vllm_version
-        if version is None:
-            checks.append(ArgsCheck(image.reference, None, None, ()))
-            continue
-        if version not in by_version:
-            by_version[version] = built_image_of(client, version)
-        parser = by_version[version]
+        by_version.setdefault(blueprint.image.vllm_version or "", []).append(blueprint)
+    checks: dict[str, ArgsCheck] = {}
+    for version, group in by_version.items():
+        parser = built_image_of(client, version) if version else None
         if parser is None:
-            checks.append(ArgsCheck(image.reference, version, None, ()))
+            for blueprint in group:
+                checks[blueprint.image.reference] = ArgsCheck(
+                    blueprint.image.reference, version or None, None, ()
+                )
             continue
-        results = check_serve_args(client, parser, argv_sets(image, list(blueprint.deployments)))
-        checks.append(ArgsCheck(image.reference, version, parser, tuple(results)))
-    return checks
+        sets = {
+            f"{blueprint.image.reference}|{name}": argv
+            for blueprint in group
+            for name, argv in argv_sets(blueprint.image, list(blueprint.deployments)).items()
+        }
+        results = check_serve_args(client, parser, sets)
+        for blueprint in group:
+            prefix = f"serve-args:{blueprint.image.reference}|"
+            own = tuple(
+                replace(result, name="serve-args:" + result.name.removeprefix(prefix))
+                for result in results
+                if result.name.startswith(prefix)
+            )
+            checks[blueprint.image.reference] = ArgsCheck(blueprint.image.reference, version, parser, own)
+    return [checks[blueprint.image.reference] for blueprint in blueprints]
