@@ -75,7 +75,8 @@ class BuildProgress:
     def feed(self, line: str) -> None:
         if match := _STEP.match(line):
             if match["id"] not in self.steps and not match["what"].startswith("FROM "):
-                self.steps[match["id"]] = Step(f"[{match['stage']}] {match['what'][:90]}", self.now())
+                what = " ".join(match["what"].split())[:90]  # a RUN over several lines, on one
+                self.steps[match["id"]] = Step(f"[{match['stage']}] {what}", self.now())
                 self.current = match["id"]
                 self._plain(f"{self.steps[match['id']].title}")
         elif match := _CACHED.match(line):

@@ -99,7 +99,7 @@ def test_factory_build_shows_its_steps_in_a_log(tiny_built: object, tmp_path: Pa
     """The real CLI, output not a terminal (as in CI): every step of the Dockerfile, cached this time."""
     result = run_factory(ROOT, "build", TINY, "--hardware", "cpu", "--report", str(tmp_path / "build.json"))
     assert result.returncode == 0, result.stderr
-    steps = re.findall(r"^\d\d:\d\d:\d\d \+\d+s (\[\d+/\d+\] .+): cached$", result.stdout, flags=re.M)
+    steps = re.findall(r"^\d\d:\d\d:\d\d \+\d+s (\[[^]]*\d+/\d+\] .+): cached$", result.stdout, flags=re.M)
     dockerfile = (ROOT / "images/tiny-random-llama/vllm0.32.0-cpu-default/Dockerfile").read_text()
     assert len(steps) == len(re.findall(r"^(RUN|COPY|ADD) ", dockerfile, flags=re.M)), result.stdout
     assert "\x1b[" not in result.stdout
