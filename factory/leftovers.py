@@ -12,7 +12,7 @@ import socket
 from types import FrameType
 
 import docker
-from docker.errors import APIError, NotFound
+from docker.errors import APIError, DockerException, NotFound
 
 from factory.engine import OWNER_LABEL
 
@@ -45,6 +45,18 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def remove_labelled(wanted: dict[str, str]) -> None:
+    """Remove the factory's containers that carry all of these labels (best effort: used in `finally`)."""
+    with contextlib.suppress(DockerException):
+        client = docker.from_env()
+        filters: dict[str, str | list[str] | bool] = {
+            "label": [OWNER_LABEL, *(f"{name}={value}" for name, value in wanted.items())]
+        }
+        for container in client.containers.list(all=True, filters=filters):
+            with contextlib.suppress(NotFound, APIError):
+                container.remove(force=True)
 
 
 def sweep(client: docker.DockerClient) -> list[str]:

@@ -16,7 +16,7 @@ from docker.types import DeviceRequest
 from testcontainers.core.container import DockerContainer
 
 from factory.catalog.schema import Server, Vendor
-from factory.leftovers import labels
+from factory.leftovers import PID_LABEL, labels, remove_labelled
 from factory.plan.models import ImagePlan
 from factory.plan.settings import PLACEHOLDER
 from factory.validate.probes import ContainerState
@@ -91,7 +91,12 @@ def running(
         base_url = f"http://{host}:{port}"
         yield Started(container, base_url, base_url + server.health_path, name)
     finally:
-        container.stop(force=True, delete_volume=True)
+        try:
+            container.stop(force=True, delete_volume=True)
+        finally:
+            # A signal during start() interrupts testcontainers before it holds the container, so its
+            # stop() removes nothing: find ours by label (this run, this process) and remove it.
+            remove_labelled({"ai.vllm.factory.run": run_id, PID_LABEL: str(os.getpid())})
 
 
 def _setting_value(group: str, settings: Mapping[str, str]) -> str | None:
