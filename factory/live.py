@@ -38,6 +38,14 @@ def clock(seconds: float) -> str:
     return f"{minutes}m{rest:02d}s" if minutes else f"{rest}s"
 
 
+def updating_line(out: TextIO, text: str) -> Live:
+    """One line on a terminal that rich redraws in place (and clears when stopped)."""
+    console = Console(file=out, force_terminal=True, highlight=False)
+    live = Live(Text(text), console=console, refresh_per_second=4, transient=True)
+    live.start()
+    return live
+
+
 @dataclass
 class Step:
     title: str  # "[3/9] RUN apt-get ..."
@@ -68,9 +76,7 @@ class BuildProgress:
         self.last_said = self.started
         self.live: Live | None = None
         if terminal:
-            console = Console(file=out, force_terminal=True, highlight=False)
-            self.live = Live(Text(""), console=console, refresh_per_second=4, transient=True)
-            self.live.start()
+            self.live = updating_line(out, "")
 
     def feed(self, line: str) -> None:
         if match := _STEP.match(line):
@@ -169,9 +175,7 @@ class Countdown:
         self.started = self.last_said = now()
         self.live: Live | None = None
         if terminal:
-            console = Console(file=out, force_terminal=True, highlight=False)
-            self.live = Live(Text(self.line()), console=console, refresh_per_second=4, transient=True)
-            self.live.start()
+            self.live = updating_line(out, self.line())
 
     def line(self) -> str:
         waited = self.now() - self.started
