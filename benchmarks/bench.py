@@ -22,8 +22,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import docker
+import requests
 import yaml
 from docker.errors import ImageNotFound
 
@@ -35,12 +37,15 @@ from factory.generate import generate
 from factory.lock.locker import lock
 from factory.plan.models import ImagePlan
 from factory.project import Project, load_project
+from factory.publish.pusher import push
+from factory.publish.registry import MANIFEST_TYPES, api_base, registry_request
 from factory.settings import BuildSettings, load_settings
 from factory.validate.container import running
 from factory.validate.probes import chat, wait_healthy
 from factory.validate.static import run_in_image
 
 BENCH_SLUG = "{slug}-bench"
+BENCH_REPOSITORY = "factory-bench"
 
 
 @dataclass(frozen=True)
@@ -55,8 +60,8 @@ class Figure:
 
 @contextlib.contextmanager
 def scratch_project(
-    root: Path, model: str, change: Callable[[dict], None] | None = None
-) -> Iterator[Project]:  # type: ignore[type-arg]
+    root: Path, model: str, change: Callable[[dict[str, Any]], None] | None = None
+) -> Iterator[Project]:
     """A copy of the project whose recipe `model` builds under <slug>-bench: no real tag ever moves."""
     with tempfile.TemporaryDirectory(prefix="factory-bench-") as folder:
         copy = Path(folder)
@@ -78,23 +83,63 @@ def blueprint(project: Project, hardware: str) -> Blueprint:
     return select(project, project.catalog.build_recipe(hardware), hardware, "default")[0]
 
 
-def floor_install(image: ImagePlan, settings: BuildSettings, cache: Path) -> float:
-    """pip install of exactly the image's locked set into an empty venv on this machine: a build's floor."""
+@dataclass(frozen=True)
+class Floor:
+    """pip on this machine with exactly an image's locked set, from nothing: a build's floor."""
+
+    download_s: float
+    install_s: float
+    wheels: int
+    wheel_bytes: int
+
+    @property
+    def seconds(self) -> float:
+        return self.download_s + self.install_s
+
+    def describe(self) -> str:
+        return (
+            f"pip from nothing {self.seconds:.1f} s (download {self.download_s:.1f} s of {self.wheels}"
+            f" wheels, {self.wheel_bytes / 1e9:.2f} GB; install into an empty venv {self.install_s:.1f} s)"
+        )
+
+
+def pip_floor(image: ImagePlan, settings: BuildSettings) -> Floor:
+    """`pip download` then `pip install` of the image's locked set, hashes required, no pip cache: what
+    `pip install` into an empty venv does (it downloads every wheel, then installs), timed in its two
+    halves so that the wheels' total size is measured on the way."""
     assert image.install is not None
     with tempfile.TemporaryDirectory(prefix="factory-floor-") as folder:
-        venv = Path(folder) / "venv"
+        venv, wheels = Path(folder) / "venv", Path(folder) / "wheels"
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         sets = Path(folder) / "heavy.txt", Path(folder) / "rest.txt"
         sets[0].write_text(image.install.heavy_requirements)
         sets[1].write_text(image.install.requirements)
-        command = [str(venv / "bin" / "pip"), "install", "-q", "--require-hashes", "--no-deps"]
-        command += ["-r", str(sets[0]), "-r", str(sets[1])]
+        locked = ["--require-hashes", "--no-deps", "-r", str(sets[0]), "-r", str(sets[1])]
         if settings.find_links and image.install.local_wheels:
-            command += ["--find-links", str(settings.find_links)]
-        env = {**os.environ, "PIP_CACHE_DIR": str(cache)}
+            locked += ["--find-links", str(settings.find_links)]
+        env = {**os.environ, "PIP_NO_CACHE_DIR": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+        pip = [sys.executable, "-m", "pip"]
         started = time.monotonic()
-        subprocess.run(command, check=True, env=env)
-        return time.monotonic() - started
+        subprocess.run([*pip, "download", "-q", "-d", str(wheels), *locked], check=True, env=env)
+        downloaded = time.monotonic()
+        install = [str(venv / "bin" / "pip"), "install", "-q", "--no-index", "--find-links", str(wheels)]
+        subprocess.run([*install, *locked], check=True, env=env)
+        installed = time.monotonic()
+        files = list(wheels.iterdir())
+        return Floor(
+            downloaded - started,
+            installed - downloaded,
+            len(files),
+            sum(f.stat().st_size for f in files),
+        )
+
+
+def forget_download_caches(client: docker.DockerClient) -> int:
+    """Empty the builder's cache mounts (uv's download cache), so that a no-cache build is cold as a
+    fresh machine's is: `no_cache` alone keeps cache mounts. Bytes freed."""
+    # The engine takes a `type` filter (API 1.39+); the SDK's stubs list only dangling and until.
+    freed = client.api.prune_builds(filters={"type": ["exec.cachemount"]}, all=True)  # type: ignore[arg-type]
+    return int(freed.get("SpaceReclaimed") or 0)
 
 
 def layer_sizes(client: docker.DockerClient, image_id: str) -> list[tuple[str, int]]:
@@ -190,23 +235,23 @@ def untag(client: docker.DockerClient, repository: str) -> None:
 
 
 def cpu_figures(
-    root: Path, client: docker.DockerClient, settings: BuildSettings, cache: Path
+    root: Path, client: docker.DockerClient, settings: BuildSettings
 ) -> tuple[list[Figure], list[str]]:
     figures = []
     tiny = load_project(root).catalog.build_recipe("cpu")
     with scratch_project(root, tiny) as project:
         plan = blueprint(project, "cpu")
-        floor_install(plan.image, settings, cache)  # warm pip's download cache, as the build's cache mount is
+        floor = pip_floor(plan.image, settings)
+        forget_download_caches(client)
         cold = build_image(project.root, plan, settings, no_cache=True)
-        floor = floor_install(plan.image, settings, cache)
         figures.append(
             Figure(
                 "cold CPU build vs pip floor (same locked set)",
-                round(cold.duration_s / floor, 2),
+                round(cold.duration_s / floor.seconds, 2),
                 "x",
                 "(reported)",
                 None,
-                f"build {cold.duration_s:.1f} s, pip into an empty venv {floor:.1f} s",
+                f"build {cold.duration_s:.1f} s; {floor.describe()}",
             )
         )
         again = build_image(project.root, plan, settings)
@@ -242,24 +287,25 @@ def cpu_figures(
 
 
 def cuda_figures(
-    root: Path, client: docker.DockerClient, settings: BuildSettings, cache: Path
+    root: Path, client: docker.DockerClient, settings: BuildSettings, registry: str | None
 ) -> tuple[list[Figure], list[str]]:
-    """H200 and H100: uv against pip on the same locked set, layers shared, size; a vLLM bump on one torch."""
+    """H200 and H100: uv against pip on the same locked set, layers shared, size; a vLLM bump on one torch,
+    and both images' compressed sizes in a registry."""
     figures = []
     kimi = load_project(root).catalog.build_recipe("h200")
     with scratch_project(root, kimi) as project:
         h200 = blueprint(project, "h200")
-        floor_install(h200.image, settings, cache)  # warm pip's cache, as the build's uv cache is
+        floor = pip_floor(h200.image, settings)
+        forget_download_caches(client)
         cold = build_image(project.root, h200, settings, no_cache=True)
-        floor = floor_install(h200.image, settings, cache)
         figures.append(
             Figure(
                 "cold CUDA build (uv) vs pip floor (same locked set)",
-                round(cold.duration_s / floor, 2),
+                round(cold.duration_s / floor.seconds, 2),
                 "x",
                 "<= 0.5x",
-                cold.duration_s / floor <= 0.5,
-                f"build {cold.duration_s:.1f} s, pip into an empty venv {floor:.1f} s",
+                cold.duration_s / floor.seconds <= 0.5,
+                f"build {cold.duration_s:.1f} s (uv's cache emptied first); {floor.describe()}",
             )
         )
         h100 = build_image(project.root, blueprint(project, "h100"), settings)
@@ -281,16 +327,19 @@ def cuda_figures(
         )
         size, listing = size_against_floor(client, cold)
         figures.append(size)
-    figures.append(bump_share(root, client, settings, kimi, cold))
+    older = older_release(root, settings, kimi)
+    figures.append(bump_share_on_disk(client, older, cold))
+    if registry is None:
+        print("registry figures skipped: no registry answers at FACTORY_BENCH_REGISTRY")
+    else:
+        figures += registry_figures(client, registry, older, cold, floor)
     return figures, ["", "H200 image:", *listing]
 
 
-def bump_share(
-    root: Path, client: docker.DockerClient, settings: BuildSettings, kimi: str, newer: BuildResult
-) -> Figure:
-    """Build the same image at vLLM 0.11.1 (torch 2.9.0, as 0.11.2): what a registry must receive for it."""
+def older_release(root: Path, settings: BuildSettings, kimi: str) -> BuildResult:
+    """The same H200 image at vLLM 0.11.1 (torch 2.9.0, as 0.11.2), locked and built in one builder."""
 
-    def older(data: dict) -> None:  # type: ignore[type-arg]
+    def older(data: dict[str, Any]) -> None:
         data["model"]["min_vllm_version"] = "0.11.1"
         data["dependencies"][0]["command"] = "uv pip install vllm==0.11.1"
 
@@ -298,19 +347,89 @@ def bump_share(
         lock(project, settings)
         generate(project)
         reloaded = load_project(project.root)
-        bumped = build_image(project.root, blueprint(reloaded, "h200"), settings)
-    layers = dict(_layer_bytes(client, newer.image_id))
-    own = _layer_bytes(client, bumped.image_id)
+        return build_image(project.root, blueprint(reloaded, "h200"), settings)
+
+
+def bump_share_on_disk(client: docker.DockerClient, older: BuildResult, newer: BuildResult) -> Figure:
+    """Uncompressed bytes of the newer image's layers that the older one does not have."""
+    layers = dict(_layer_bytes(client, older.image_id))
+    own = _layer_bytes(client, newer.image_id)
     new_bytes = sum(size for digest, size in own if digest not in layers)
     total = sum(size for _, size in own)
     return Figure(
-        "vLLM bump on one torch (0.11.1 -> 0.11.2): new layer bytes / image",
+        "vLLM bump on one torch (0.11.1 -> 0.11.2): new layer bytes / image, uncompressed",
         round(100 * new_bytes / total, 2),
         "%",
         "<= 15 %",
         new_bytes / total <= 0.15,
-        f"{new_bytes / 1e9:.2f} GB of {total / 1e9:.2f} GB (uncompressed layers; one builder's cache)",
+        f"{new_bytes / 1e9:.2f} GB of {total / 1e9:.2f} GB (one builder's cache)",
     )
+
+
+def registry_figures(
+    client: docker.DockerClient, registry: str, older: BuildResult, newer: BuildResult, floor: Floor
+) -> list[Figure]:
+    """Push 0.11.1, then 0.11.2, to a registry: what it had to receive for the bump, and what the H200
+    image weighs there (compressed) against its locked wheels. The bench's manifests are deleted after;
+    the registry's blobs stay until its garbage collection runs."""
+    with (
+        pushed(client, registry, "bench-older", older.image_id) as before,
+        pushed(client, registry, "bench-newer", newer.image_id) as after,
+    ):
+        received = sum(size for digest, size in after.items() if digest not in before)
+        total = sum(after.values())
+    return [
+        Figure(
+            "vLLM bump on one torch (0.11.1 -> 0.11.2): bytes the registry receives / image",
+            round(100 * received / total, 2),
+            "%",
+            "<= 15 %",
+            received / total <= 0.15,
+            f"{received / 1e9:.2f} GB of {total / 1e9:.2f} GB compressed ({registry})",
+        ),
+        Figure(
+            "H200 image compressed in a registry / sum of its locked wheels",
+            round(total / floor.wheel_bytes, 2),
+            "x",
+            "(reported)",
+            None,
+            f"registry {total / 1e9:.2f} GB (layers and config); {floor.wheels} wheels"
+            f" {floor.wheel_bytes / 1e9:.2f} GB",
+        ),
+    ]
+
+
+@contextlib.contextmanager
+def pushed(client: docker.DockerClient, registry: str, tag: str, image_id: str) -> Iterator[dict[str, int]]:
+    """Push the image as <registry>/factory-bench:<tag>; yield {blob digest: compressed size} from the
+    manifest the registry serves (config included); delete that manifest and the local tag after."""
+    repository = f"{registry}/{BENCH_REPOSITORY}"
+    client.images.get(image_id).tag(repository, tag)
+    try:
+        push(client, repository, tag, None)
+        answer = registry_request(
+            "GET", registry, f"{BENCH_REPOSITORY}/manifests/{tag}", None, {"Accept": MANIFEST_TYPES}
+        )
+        answer.raise_for_status()
+        manifest = answer.json()
+        blobs = [manifest["config"], *manifest["layers"]]
+        try:
+            yield {blob["digest"]: int(blob["size"]) for blob in blobs}
+        finally:
+            digest = answer.headers["Docker-Content-Digest"]
+            registry_request("DELETE", registry, f"{BENCH_REPOSITORY}/manifests/{digest}", None)
+    finally:
+        with contextlib.suppress(ImageNotFound):
+            client.images.remove(f"{repository}:{tag}")
+
+
+def registry_answering(address: str) -> str | None:
+    try:
+        return (
+            address if requests.get(f"{api_base(address)}/v2/", timeout=5).status_code in (200, 401) else None
+        )
+    except requests.RequestException:
+        return None
 
 
 def _layer_bytes(client: docker.DockerClient, image_id: str) -> list[tuple[str, int]]:
@@ -340,7 +459,7 @@ def main() -> int:
     args = parser.parse_args()
     root = Path.cwd()
     client, settings = connect(), load_settings(root)
-    cache = root / ".bench-pip-cache"
+    registry = registry_answering(os.environ.get("FACTORY_BENCH_REGISTRY", "127.0.0.1:5000"))
     figures: list[Figure] = []
     listing: list[str] = []
     upstream = os.environ.get("FACTORY_UPSTREAM_RECIPES")
@@ -351,16 +470,15 @@ def main() -> int:
             else:
                 print("corpus figures skipped: set FACTORY_UPSTREAM_RECIPES to a recipes tree")
         if args.only in (None, "cpu"):
-            found, listing = cpu_figures(root, client, settings, cache)
+            found, listing = cpu_figures(root, client, settings)
             figures += found
         if args.cuda or args.only == "cuda":
-            found, more = cuda_figures(root, client, settings, cache)
+            found, more = cuda_figures(root, client, settings, registry)
             figures += found
             listing += more
     finally:
         for repository in _bench_repositories(client):
             untag(client, repository)
-        shutil.rmtree(cache, ignore_errors=True)
     print(table(figures))
     print("\nlayers beyond the base, largest first:")
     print("\n".join(listing))
