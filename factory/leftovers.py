@@ -9,6 +9,7 @@ import contextlib
 import os
 import signal
 import socket
+from collections.abc import Callable
 from types import FrameType
 
 import docker
@@ -50,24 +51,30 @@ def _alive(pid: int) -> bool:
 def remove_labelled(wanted: dict[str, str]) -> None:
     """Remove the factory's containers that carry all of these labels (best effort: used in `finally`)."""
     with contextlib.suppress(DockerException):
-        client = docker.from_env()
-        filters: dict[str, str | list[str] | bool] = {
-            "label": [OWNER_LABEL, *(f"{name}={value}" for name, value in wanted.items())]
-        }
-        for container in client.containers.list(all=True, filters=filters):
-            with contextlib.suppress(NotFound, APIError):
-                container.remove(force=True)
+        required = [f"{name}={value}" for name, value in wanted.items()]
+        _remove_where(docker.from_env(), required, lambda found: True)
 
 
 def sweep(client: docker.DockerClient) -> list[str]:
     """Remove the factory's containers whose starting process on this host is gone; their names."""
-    removed = []
     here = socket.gethostname()
-    for container in client.containers.list(all=True, filters={"label": [OWNER_LABEL, PID_LABEL]}):
-        found = container.labels
-        if found.get(HOST_LABEL) != here or not found.get(PID_LABEL, "").isdigit():
-            continue
-        if _alive(int(found[PID_LABEL])):
+
+    def orphaned(found: dict[str, str]) -> bool:
+        pid = found.get(PID_LABEL, "")
+        return found.get(HOST_LABEL) == here and pid.isdigit() and not _alive(int(pid))
+
+    return _remove_where(client, [PID_LABEL], orphaned)
+
+
+def _remove_where(
+    client: docker.DockerClient, required: list[str], chosen: Callable[[dict[str, str]], bool]
+) -> list[str]:
+    """Remove the factory's containers that carry the `required` labels and whose labels `chosen`
+    accepts; the names of those removed."""
+    removed = []
+    filters: dict[str, str | list[str] | bool] = {"label": [OWNER_LABEL, *required]}
+    for container in client.containers.list(all=True, filters=filters):
+        if not chosen(container.labels):
             continue
         with contextlib.suppress(NotFound, APIError):
             container.remove(force=True)

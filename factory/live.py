@@ -74,6 +74,9 @@ class BuildProgress:
         self.steps: dict[str, Step] = {}
         self.current: str | None = None
         self.last_said = self.started
+        # A step's start line waits for the step's next line: when that is CACHED, the step gets one line
+        # ("...: cached") instead of two. (step id, the line stamped with its start time)
+        self.held: tuple[str, str] | None = None
         self.live: Live | None = None
         if terminal:
             self.live = updating_line(out, "")
@@ -84,12 +87,21 @@ class BuildProgress:
                 what = " ".join(match["what"].split())[:90]  # a RUN over several lines, on one
                 self.steps[match["id"]] = Step(f"[{match['stage']}] {what}", self.now())
                 self.current = match["id"]
-                self._plain(f"{self.steps[match['id']].title}")
+                self._release()
+                self.held = (match["id"], self._stamped(self.steps[match["id"]].title))
         elif match := _CACHED.match(line):
             if step := self.steps.get(match["id"]):
                 step.cached = True
+                if self.held and self.held[0] == match["id"]:
+                    self.held = None
                 self._plain(f"{step.title}: cached")
-        elif match := _DONE.match(line):
+        else:
+            self._release()  # the held step was not cached: its start line goes out before its output
+            self._progress(line)
+        self.tick()
+
+    def _progress(self, line: str) -> None:
+        if match := _DONE.match(line):
             if (step := self.steps.get(match["id"])) and not step.cached:
                 step.done_s = float(match["seconds"])
                 self._plain(f"{step.title}: done in {clock(step.done_s)}{self._bytes_of(step)}")
@@ -98,14 +110,17 @@ class BuildProgress:
             for found in _BYTES.finditer(match["text"]):
                 what = match["text"].split(" ", 1)[0]
                 step.transferred[what] = float(found["size"]) * _UNITS.get(found["unit"], 1)
-        self.tick()
 
     def tick(self) -> None:
         """Called with each line and about once a second without one: the clock moves on either way."""
+        step = self.steps.get(self.held[0]) if self.held else None
+        if step is not None and self.now() - step.started >= 1:  # a step that runs: say it began
+            self._release()
         self._heartbeat()
         self._draw()
 
     def close(self) -> None:
+        self._release()
         if self.live is not None:
             self.live.stop()
             self.live = None
@@ -128,10 +143,22 @@ class BuildProgress:
         total = sum(step.transferred.values())
         return f", {human_bytes(total)}" if total else ""
 
+    def _stamped(self, text: str) -> str:
+        return f"{self.wall()} +{clock(self.now() - self.started)} {text}\n"
+
     def _plain(self, text: str) -> None:
+        self._write(self._stamped(text))
+
+    def _release(self) -> None:
+        """Print the held start line, if any."""
+        if self.held is not None:
+            self._write(self.held[1])
+            self.held = None
+
+    def _write(self, stamped: str) -> None:
         if self.terminal:
             return
-        self.out.write(f"{self.wall()} +{clock(self.now() - self.started)} {text}\n")
+        self.out.write(stamped)
         self.out.flush()
         self.last_said = self.now()
 

@@ -17,6 +17,7 @@ from docker.errors import DockerException, ImageNotFound
 from factory.blueprint import Blueprint, Blueprints
 from factory.render.templating import environment
 from factory.tools import hadolint_binary
+from factory.writer import difference
 
 # Deepest last; a cell shows the deepest level its records prove.
 LEVELS = (
@@ -96,8 +97,8 @@ def _cell(
     if image.install is None:
         return Cell("not buildable", image.unbuildable or "no install")
     dockerfile = root / image.directory / "Dockerfile"
-    wanted = next((f.content for f in blueprint.image_files if f.path.name == "Dockerfile"), None)
-    if not dockerfile.is_file() or dockerfile.read_bytes() != wanted:
+    wanted = next((f for f in blueprint.image_files if f.path.name == "Dockerfile"), None)
+    if wanted is None or difference(root / wanted.path, wanted) is not None:
         return Cell("skipped", f"{dockerfile} is missing or stale: run `factory generate`")
     where = f"{image.directory}/Dockerfile"
     cell = Cell("generated", f"{where} is current")

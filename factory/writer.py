@@ -104,12 +104,17 @@ def remove_extra(out: Path, expected: set[str]) -> None:
 
 
 def same(path: Path, file: OutputFile) -> bool:
+    return difference(path, file) is None
+
+
+def difference(path: Path, file: OutputFile) -> str | None:
+    """How the file at `path` differs from the generated one: "missing", "changed", "mode", or None."""
     try:
-        if bool(path.stat().st_mode & 0o100) != file.executable:
-            return False
-        return path.read_bytes() == file.content
-    except OSError:
-        return False
+        if path.read_bytes() != file.content:
+            return "changed"
+        return "mode" if bool(path.stat().st_mode & 0o100) != file.executable else None
+    except OSError:  # absent, a folder, unreadable: generate writes it anew
+        return "missing"
 
 
 def on_disk(out: Path) -> list[str]:
@@ -127,12 +132,8 @@ def stale_outputs(out: Path, files: list[OutputFile], keep: Iterable[str] = ()) 
     """What differs between the generated files and the folder: changed, missing and extra paths."""
     problems = []
     for file in sorted(files, key=lambda f: f.path):
-        path = out / file.path
-        if not path.is_file():
-            problems.append(f"missing: {file.path}")
-        elif path.read_bytes() != file.content:
-            problems.append(f"changed: {file.path}")
-        elif bool(path.stat().st_mode & 0o100) != file.executable:
-            problems.append(f"mode: {file.path}")
+        found = difference(out / file.path, file)
+        if found is not None:
+            problems.append(f"{found}: {file.path}")
     expected = {file.path.as_posix() for file in files} | set(keep)
     return problems + [f"not generated any more: {path}" for path in on_disk(out) if path not in expected]

@@ -52,7 +52,12 @@ def test_a_ci_log_gets_a_timestamped_line_per_step_and_a_heartbeat_while_one_run
     lines = out.getvalue().splitlines()
     assert all(re.match(r"^12:00:00 \+\d+(m\d\ds|s) ", line) for line in lines), lines
     text = "\n".join(lines)
-    assert "[2/4] RUN apt-get install -y python3.11: cached" in text
+    assert [line for line in lines if "[2/4]" in line] == [
+        "12:00:00 +5s [2/4] RUN apt-get install -y python3.11: cached"
+    ], "a cached step gets one line, not its start line and then `cached`"
+    assert "12:00:00 +6s [3/4] RUN uv pip install -r requirements/heavy.txt\n" in out.getvalue(), (
+        "a step that runs is announced with the time it began"
+    )
     assert re.search(r"\[3/4\] RUN uv pip install -r requirements/heavy.txt: running for 4\ds; last: ", text)
     assert "[3/4] RUN uv pip install -r requirements/heavy.txt: done in 1m35s, 180.0 MB" in text
     assert "FROM" not in text, "the base is resolved, not built: no step of its own"
