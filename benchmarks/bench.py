@@ -34,7 +34,7 @@ from factory.build.builder import BuildResult, build_image
 from factory.engine import connect
 from factory.files import write_text_atomic
 from factory.generate import generate
-from factory.lock.locker import lock
+from factory.locker import lock
 from factory.plan.models import ImagePlan
 from factory.project import Project, load_project
 from factory.publish.pusher import push

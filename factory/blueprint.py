@@ -13,11 +13,11 @@ from dataclasses import dataclass, replace
 from factory.catalog.schema import Server, Vendor
 from factory.errors import FactoryError, InputError
 from factory.lock.model import Release
+from factory.lock.pins import pinned_vllm
 from factory.plan.deployments import PlannedCommands, common_env, default_command, plan_commands
 from factory.plan.images import locked_release, plan_image_spec, weights_of
 from factory.plan.models import Deployment, ImagePlan, Skipped
 from factory.plan.omni import plan_omni
-from factory.plan.pins import pinned_vllm
 from factory.plan.preflight import Finding, preflight
 from factory.project import Project
 from factory.recipes.loader import LoadedRecipe, RecipeProblem, RecipeTree

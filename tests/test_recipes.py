@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from factory.errors import InputError, RefusedError
-from factory.plan.pins import pinned_vllm
+from factory.lock.pins import pinned_vllm
 from factory.project import Project
 from factory.recipes.loader import load_tree
 from tests.conftest import FIXTURES, KIMI, run_factory, tree_snapshot

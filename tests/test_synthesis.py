@@ -11,8 +11,9 @@ from typing import Any
 
 from factory.recipes.loader import load_tree
 from factory.synthesis.args import dedupe
-from factory.synthesis.command import Selection, resolve
+from factory.synthesis.command import resolve
 from factory.synthesis.matrix import combinations, hardware_for
+from factory.synthesis.selection import Selection
 from tests.conftest import recipes_tree, small_recipe
 
 

@@ -11,7 +11,7 @@ from packaging.version import InvalidVersion, Version
 
 from factory.catalog.schema import Catalog, Install
 from factory.lock.model import Release
-from factory.plan.pins import pinned_vllm
+from factory.lock.pins import pinned_vllm
 from factory.recipes.loader import LoadedRecipe
 
 # A tag that names a release: v0.22.1, 0.22.1, v0.22.1-cu130 (a tag such as latest or nightly names none).

@@ -13,8 +13,9 @@ from factory.project import Project
 from factory.recipes.loader import LoadedRecipe
 from factory.recipes.schema import EnvValue
 from factory.synthesis.args import flag_value
-from factory.synthesis.command import Command, Process, Selection, resolve
+from factory.synthesis.command import Command, Process, resolve
 from factory.synthesis.matrix import Combination
+from factory.synthesis.selection import Selection
 
 
 @dataclass(frozen=True)

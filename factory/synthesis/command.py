@@ -18,7 +18,8 @@ from factory.synthesis.args import dedupe
 from factory.synthesis.env import build_env
 from factory.synthesis.features import allowed_for_strategy, feature_args
 from factory.synthesis.hardware import generation_block, keyed_value
-from factory.synthesis.pd import PdNodes, PdRoleMeta
+from factory.synthesis.pd import PdRoleMeta
+from factory.synthesis.selection import Selection
 
 
 @dataclass(frozen=True)
@@ -50,19 +51,6 @@ class Command:
     pools: tuple[Pool, ...] = ()  # pd_cluster: prefill, then decode
     router: tuple[str, ...] = ()  # pd_cluster: the vllm-router argv
     companions: tuple[str, ...] = field(default=())  # helper commands a feature runs beside vllm serve
-
-
-@dataclass(frozen=True)
-class Selection:
-    """What the site's command builder has selected: one recipe, variant, strategy, hardware, features."""
-
-    recipe: Recipe
-    variant_key: str
-    strategy_name: str
-    profile_id: str
-    features: tuple[str, ...]
-    node_count: int = 1
-    pd_nodes: PdNodes | None = None
 
 
 def served_model(recipe: Recipe, variant_key: str) -> str:

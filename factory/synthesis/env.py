@@ -3,15 +3,11 @@ strategy overrides, then hardware overrides (a strategy's generation block repla
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from factory.recipes.schema import EnvValue
 from factory.recipes.tree_schema import HardwareProfile, Strategy
 from factory.synthesis import pd
 from factory.synthesis.hardware import generation_block
-
-if TYPE_CHECKING:
-    from factory.synthesis.command import Selection
+from factory.synthesis.selection import Selection
 
 # NCCL and UCX settings meant for GB200/GB300 NVL4 trays (NVLink between nodes); on other hardware they are
 # inert or harmful, so the site drops them from PD pools elsewhere.

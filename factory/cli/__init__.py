@@ -1,0 +1,29 @@
+"""The `factory` command: parses arguments, calls the package, prints what it returns. It decides nothing."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from factory.cli.parser import build_parser
+from factory.errors import FactoryError
+from factory.leftovers import unwind_on_termination
+from factory.project import find_root, load_project
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    unwind_on_termination()
+    try:
+        root = args.root or find_root(Path.cwd())
+        project = load_project(
+            root, getattr(args, "recipes", None), getattr(args, "out", None), getattr(args, "lock", None)
+        )
+        result: int = args.func(project, args)
+        return result
+    except FactoryError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

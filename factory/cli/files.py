@@ -1,0 +1,139 @@
+"""The commands that read recipes and write or print what follows from them: generate, renderings,
+conformance, show, list, matrix, lock, and the test bench's settings. None of them builds an image."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from factory.cli.output import report_problems, say, warn
+from factory.project import Project
+
+
+def cmd_generate(project: Project, args: argparse.Namespace) -> int:
+    from factory.generate import generate, lock_problems
+
+    result = generate(project, check=args.check, nodes=args.nodes)
+    if not args.check:
+        for problem in lock_problems(project):  # --check lists it among the stale files
+            warn(f"{problem}: an image gets its Dockerfile once the lock holds its release")
+    if args.verbose:
+        for skipped in result.skipped:
+            warn(f"skipped: {skipped}")
+        # One line per finding, naming every image it concerns, rather than one per image.
+        for finding_text, images in result.findings.items():
+            warn(f"{finding_text}\n  images: {', '.join(images)}")
+    elif result.skipped:
+        warn(f"{len(result.skipped)} combinations skipped, each with its reason (-v lists them)")
+    status = report_problems(result.problems)
+    if result.kept:
+        warn(f"kept {len(result.kept)} files of the recipes above as they were")
+    if result.stale:
+        warn("generated files are stale; run `factory generate` (or `nox -s generate`):")
+        for problem in result.stale[:200]:
+            warn(f"  {problem}")
+        if len(result.stale) > 200:
+            warn(f"  ... and {len(result.stale) - 200} more")
+        return 1
+    say(result.summary)
+    return status
+
+
+def cmd_renderings(project: Project, args: argparse.Namespace) -> int:
+    import json
+
+    from factory.blueprint import plan_project
+    from factory.renderings import all_renderings
+
+    blueprints = plan_project(project, args.nodes)
+    for line in all_renderings(blueprints):
+        sys.stdout.write(json.dumps(line, ensure_ascii=False) + "\n")
+    return 1 if blueprints.problems else 0
+
+
+def cmd_conformance(project: Project, args: argparse.Namespace) -> int:
+    from factory.blueprint import plan_project
+    from factory.conformance import compare, oracle_renderings
+    from factory.renderings import all_renderings
+
+    comparison = compare(oracle_renderings(args.oracle), all_renderings(plan_project(project)))
+    say(comparison.table())
+    if args.floor is not None and comparison.rate < args.floor:
+        warn(f"error: conformance {comparison.rate:.4f} is below the floor {args.floor}")
+        return 1
+    return 0
+
+
+def cmd_show(project: Project, args: argparse.Namespace) -> int:
+    from factory.blueprint import choose_deployment
+    from factory.show import render_show
+
+    blueprint, deployment = choose_deployment(
+        project, args.model, args.hardware, args.strategy, args.variant, args.nodes
+    )
+    if args.json:
+        import json
+
+        from factory.renderings import rendering
+
+        say(json.dumps(rendering(blueprint, deployment), ensure_ascii=False))
+        return 0
+    print(render_show(blueprint, deployment), end="")
+    return 0
+
+
+def cmd_list(project: Project, args: argparse.Namespace) -> int:
+    from factory.blueprint import plan_project
+
+    blueprints = plan_project(project)
+    for blueprint in blueprints.images:
+        image = blueprint.image
+        where = image.directory if image.install else f"not built: {image.unbuildable}"
+        say(f"{image.reference}\t{image.platform}\t{where}")
+    return report_problems(blueprints.problems)
+
+
+def cmd_matrix(project: Project, args: argparse.Namespace) -> int:
+    from factory.blueprint import plan_project
+    from factory.engine import connect
+    from factory.errors import DockerError
+    from factory.matrix import coverage, hadolint, write_matrix
+
+    blueprints = plan_project(project)
+    try:
+        client = connect()
+    except DockerError as exc:
+        client = None
+        warn(f"no Docker Engine ({str(exc).splitlines()[0]}): cells stop at linted")
+    matrix = coverage(blueprints, project.out, args.reports, client, hadolint)
+    for path in write_matrix(
+        matrix, args.reports, f"vLLM image factory coverage: {project.relative(project.tree.root)}"
+    ):
+        say(f"wrote {path}")
+    say(", ".join(f"{count} {level}" for level, count in matrix.counts().items()))
+    return report_problems(blueprints.problems)
+
+
+def cmd_lock(project: Project, args: argparse.Namespace) -> int:
+    from factory.locker import lock
+    from factory.settings import load_settings
+
+    upgrade = args.upgrade if args.upgrade != "" else "*"
+    result = lock(project, load_settings(project.root), upgrade, report=say)
+    say(
+        f"locked {result.releases} releases ({result.kept} kept, {len(result.moved)} moved);"
+        f" {result.sets_resolved} sets resolved, {result.sets_kept} kept: {project.lock_path}"
+    )
+    for line in result.moved:
+        say(f"  moved {line}")
+    for line in [*result.none, *result.unresolvable]:
+        warn(f"  not buildable: {line}")
+    return 0
+
+
+def cmd_testbench_settings(project: Project, args: argparse.Namespace) -> int:
+    from factory.settings import write_testbench_settings
+
+    write_testbench_settings(args.output, args.base_image)
+    say(f"wrote {args.output}")
+    return 0

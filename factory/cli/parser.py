@@ -1,0 +1,220 @@
+"""The command line's grammar: every command, its arguments and their checks."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from factory.cli.files import (
+    cmd_conformance,
+    cmd_generate,
+    cmd_list,
+    cmd_lock,
+    cmd_matrix,
+    cmd_renderings,
+    cmd_show,
+    cmd_testbench_settings,
+)
+from factory.cli.images import (
+    cmd_build,
+    cmd_check_args,
+    cmd_publish,
+    cmd_publish_platforms,
+    cmd_sbom,
+    cmd_validate,
+)
+
+DESCRIPTION = (
+    "The `factory` command: parses arguments, calls the package, prints what it returns. It decides nothing."
+)
+
+
+# Each node of a multi-node deployment gets its own compose file: a mistyped count (1000) would write
+# thousands of them. 64 nodes is more than any recipe's GPU floor asks for and than one NVLink domain has.
+MAX_NODES = 64
+
+
+def node_count(text: str) -> int:
+    """--nodes: a whole number of nodes a multi-node deployment spans."""
+    try:
+        nodes = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 2 <= nodes <= MAX_NODES:
+        raise argparse.ArgumentTypeError(
+            f"{nodes} is outside 2..{MAX_NODES}: multi-node deployments span 2 to {MAX_NODES} nodes,"
+            " each with its own compose file"
+        )
+    return nodes
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="factory", description=DESCRIPTION)
+    parser.add_argument(
+        "--root", type=Path, help="the project folder (default: found from the current folder)"
+    )
+    # Every command reads a recipes tree and finds generated files: --recipes and --out go on each.
+    tree = argparse.ArgumentParser(add_help=False)
+    tree.add_argument(
+        "--recipes",
+        type=Path,
+        help="a recipes tree, e.g. a checkout of the upstream recipes repository "
+        "(default: FACTORY_RECIPES, else the project's recipes/)",
+    )
+    tree.add_argument("--out", type=Path, help="where images/ and compose/ are (default: the project folder)")
+    tree.add_argument(
+        "--lock",
+        type=Path,
+        help="the lock file (default: recipes/lock/vllm.lock.json for the project's recipes, else in --out)",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    original = sub.add_parser
+
+    def add_parser(name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        return original(name, parents=[tree], **kwargs)
+
+    sub.add_parser = add_parser  # type: ignore[method-assign]
+
+    gen = sub.add_parser("generate", help="write images/ and compose/ from the recipes and the catalog")
+    gen.add_argument(
+        "--check", action="store_true", help="write nothing; fail if the committed files are stale"
+    )
+    gen.add_argument(
+        "--nodes",
+        type=node_count,
+        help="node count for multi-node strategies (default: 2, or what the recipe's GPU floor needs)",
+    )
+    gen.add_argument(
+        "-v", "--verbose", action="store_true", help="list every skipped combination and finding"
+    )
+    gen.set_defaults(func=cmd_generate)
+
+    rend = sub.add_parser(
+        "renderings", help="print every deployment's commands as JSON lines (the upstream JSON API's shape)"
+    )
+    rend.add_argument("--json", action="store_true", help="JSON lines (the only format; for clarity)")
+    rend.add_argument("--nodes", type=node_count, help="node count for multi-node strategies")
+    rend.set_defaults(func=cmd_renderings)
+
+    lck = sub.add_parser(
+        "lock",
+        help="choose a vLLM release per recipe, variant and install; lock every dependency with hashes",
+    )
+    lck.add_argument(
+        "--upgrade",
+        nargs="?",
+        const="",
+        help="move versions on purpose: every recipe, or the one named (default: keep what is locked)",
+    )
+    lck.set_defaults(func=cmd_lock)
+
+    args_check = sub.add_parser(
+        "check-args", help="parse every serve command of every image with the vLLM release it runs"
+    )
+    args_check.set_defaults(func=cmd_check_args)
+
+    matrix = sub.add_parser(
+        "matrix",
+        help="write reports/matrix.html and .md: how far each model and variant got on each hardware",
+    )
+    matrix.add_argument("--reports", type=Path, default=Path("reports"), help="where validation reports are")
+    matrix.set_defaults(func=cmd_matrix)
+
+    conf = sub.add_parser(
+        "conformance", help="compare every rendering with the upstream site's JSON API for the same tree"
+    )
+    conf.add_argument(
+        "--oracle", type=Path, required=True, help="what the site's build-api wrote for the tree"
+    )
+    conf.add_argument("--floor", type=float, help="fail when the conformance rate is below this")
+    conf.set_defaults(func=cmd_conformance)
+
+    show = sub.add_parser("show", help="print install, serve, docker run and compose for one configuration")
+    show.add_argument("model", help="model id, e.g. moonshotai/Kimi-Linear-48B-A3B-Instruct")
+    show.add_argument("--hardware", required=True)
+    show.add_argument("--strategy")
+    show.add_argument("--variant")
+    show.add_argument("--nodes", type=node_count)
+    show.add_argument("--json", action="store_true", help="print the rendering as one JSON object")
+    show.set_defaults(func=cmd_show)
+
+    lst = sub.add_parser("list", help="list every image the recipes and catalog define")
+    lst.set_defaults(func=cmd_list)
+
+    build = sub.add_parser(
+        "build", help="build (and tag) the images of one model on one hardware, via BuildKit"
+    )
+    _add_target_args(build)
+    build.add_argument("--base-image", help="build on this image instead of the target's base (a mirror)")
+    build.add_argument("--backend", choices=["auto", "compose", "bake"], default="auto")
+    build.add_argument("--report", type=Path, default=Path("reports/build.json"))
+    build.add_argument("-v", "--verbose", action="store_true", help="print BuildKit's output as it comes")
+    build.set_defaults(func=cmd_build)
+
+    validate = sub.add_parser("validate", help="check a built image inside, then serve and probe it")
+    _add_target_args(validate)
+    validate.add_argument("--reports", type=Path, default=Path("reports"))
+    validate.add_argument(
+        "--health-timeout", type=float, help="seconds to wait for /health (default: from the recipe)"
+    )
+    validate.add_argument(
+        "--allow-no-gpu",
+        action="store_true",
+        help="succeed with static checks alone where the GPU is absent (the image is then not publishable)",
+    )
+    validate.set_defaults(func=cmd_validate)
+
+    publish = sub.add_parser(
+        "publish", help="push the tags of validated images and check the registry's digest"
+    )
+    _add_target_args(publish)
+    publish.add_argument(
+        "--registry", help="HOST[:PORT][/NAMESPACE] (default: the registry setting / FACTORY_REGISTRY)"
+    )
+    publish.add_argument(
+        "--tag",
+        action="append",
+        default=[],
+        help="an extra tag, a template: '{tag}-1.2.0', '{tag}-sha-abc1234', 'latest-{hardware}-{variant}'",
+    )
+    publish.add_argument("--reports", type=Path, default=Path("reports"))
+    publish.add_argument(
+        "--force-unvalidated",
+        action="store_true",
+        help="publish although no passing validation is recorded (loud)",
+    )
+    publish.set_defaults(func=cmd_publish)
+
+    platforms = sub.add_parser(
+        "publish-platforms", help="join published images that differ only in CPU platform under one tag"
+    )
+    platforms.add_argument("model")
+    platforms.add_argument(
+        "--registry", help="HOST[:PORT][/NAMESPACE] (default: the registry setting / FACTORY_REGISTRY)"
+    )
+    platforms.set_defaults(func=cmd_publish_platforms)
+
+    sbom = sub.add_parser("sbom", help="write a CycloneDX SBOM of a built image, read from inside it")
+    _add_target_args(sbom)
+    sbom.add_argument("--reports", type=Path, default=Path("reports"))
+    sbom.set_defaults(func=cmd_sbom)
+
+    bench = sub.add_parser(
+        "testbench-settings", help="write .factory.local.toml for this machine (testbench/up)"
+    )
+    bench.add_argument("--base-image", required=True)
+    bench.add_argument("--output", type=Path, required=True)
+    bench.set_defaults(func=cmd_testbench_settings)
+    return parser
+
+
+def _add_target_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "model",
+        nargs="?",
+        help="recipe id, e.g. moonshotai/Kimi-Linear-48B-A3B-Instruct "
+        "(default: the catalog's build recipe for the hardware)",
+    )
+    parser.add_argument("--hardware", required=True)
+    parser.add_argument("--variant", help="default: every variant of the recipe")

@@ -1,0 +1,21 @@
+"""What a reader of the recipes site selects before any command exists: the input of the synthesis."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from factory.recipes.schema import Recipe
+from factory.synthesis.pd import PdNodes
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What the site's command builder has selected: one recipe, variant, strategy, hardware, features."""
+
+    recipe: Recipe
+    variant_key: str
+    strategy_name: str
+    profile_id: str
+    features: tuple[str, ...]
+    node_count: int = 1
+    pd_nodes: PdNodes | None = None
