@@ -235,9 +235,12 @@ def untag(client: docker.DockerClient, repository: str) -> None:
 
 
 def cpu_figures(
-    root: Path, client: docker.DockerClient, settings: BuildSettings
-) -> tuple[list[Figure], list[str]]:
-    figures = []
+    root: Path,
+    client: docker.DockerClient,
+    settings: BuildSettings,
+    figures: list[Figure],
+    listing: list[str],
+) -> None:
     tiny = load_project(root).catalog.build_recipe("cpu")
     with scratch_project(root, tiny) as project:
         plan = blueprint(project, "cpu")
@@ -265,8 +268,9 @@ def cpu_figures(
                 f"{again.duration_s:.2f} s, {again.cached_steps}/{again.total_steps} steps cached",
             )
         )
-        size, listing = size_against_floor(client, cold)
+        size, layers = size_against_floor(client, cold)
         figures.append(size)
+        listing += ["", "tiny CPU image:", *layers]
     with scratch_project(
         root, tiny, lambda d: d["model"]["base_args"].extend(["--max-num-seqs", "4"])
     ) as changed:
@@ -283,15 +287,18 @@ def cpu_figures(
             )
         )
         figures += startup_overhead(plan)
-    return figures, listing
 
 
 def cuda_figures(
-    root: Path, client: docker.DockerClient, settings: BuildSettings, registry: str | None
-) -> tuple[list[Figure], list[str]]:
+    root: Path,
+    client: docker.DockerClient,
+    settings: BuildSettings,
+    registry: str | None,
+    figures: list[Figure],
+    listing: list[str],
+) -> None:
     """H200 and H100: uv against pip on the same locked set, layers shared, size; a vLLM bump on one torch,
     and both images' compressed sizes in a registry."""
-    figures = []
     kimi = load_project(root).catalog.build_recipe("h200")
     with scratch_project(root, kimi) as project:
         h200 = blueprint(project, "h200")
@@ -325,15 +332,15 @@ def cuda_figures(
                 f"{h100.cached_steps}/{h100.total_steps} steps cached; only labels/env/cmd differ",
             )
         )
-        size, listing = size_against_floor(client, cold)
+        size, layers = size_against_floor(client, cold)
         figures.append(size)
+        listing += ["", "H200 image:", *layers]
     older = older_release(root, settings, kimi)
     figures.append(bump_share_on_disk(client, older, cold))
     if registry is None:
         print("registry figures skipped: no registry answers at FACTORY_BENCH_REGISTRY")
     else:
         figures += registry_figures(client, registry, older, cold, floor)
-    return figures, ["", "H200 image:", *listing]
 
 
 def older_release(root: Path, settings: BuildSettings, kimi: str) -> BuildResult:
@@ -345,9 +352,9 @@ def older_release(root: Path, settings: BuildSettings, kimi: str) -> BuildResult
 
     with scratch_project(root, kimi, older) as project:
         lock(project, settings)
-        generate(project)
-        reloaded = load_project(project.root)
-        return build_image(project.root, blueprint(reloaded, "h200"), settings)
+        relocked = load_project(project.root)  # the project read before lock() holds the old lock
+        generate(relocked)
+        return build_image(project.root, blueprint(relocked, "h200"), settings)
 
 
 def bump_share_on_disk(client: docker.DockerClient, older: BuildResult, newer: BuildResult) -> Figure:
@@ -470,18 +477,15 @@ def main() -> int:
             else:
                 print("corpus figures skipped: set FACTORY_UPSTREAM_RECIPES to a recipes tree")
         if args.only in (None, "cpu"):
-            found, listing = cpu_figures(root, client, settings)
-            figures += found
+            cpu_figures(root, client, settings, figures, listing)
         if args.cuda or args.only == "cuda":
-            found, more = cuda_figures(root, client, settings, registry)
-            figures += found
-            listing += more
+            cuda_figures(root, client, settings, registry, figures, listing)
     finally:
         for repository in _bench_repositories(client):
             untag(client, repository)
-    print(table(figures))
-    print("\nlayers beyond the base, largest first:")
-    print("\n".join(listing))
+        print(table(figures))  # what was measured, also when a later part failed
+        print("\nlayers beyond the base, largest first:")
+        print("\n".join(listing))
     machine = {"cores": os.cpu_count(), "platform": sys.platform}
     write_text_atomic(
         args.json, json.dumps({"machine": machine, "figures": [asdict(f) for f in figures]}, indent=2) + "\n"

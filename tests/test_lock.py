@@ -12,10 +12,13 @@ import pytest
 import yaml
 from packaging.version import Version
 
+from factory.blueprint import select
 from factory.lock.choose import ask, choose, recipe_image, release_of
 from factory.lock.model import heavy_packages, requirement_blocks, split_heavy
+from factory.plan.models import ImageSpec
 from factory.project import Project, load_project
 from factory.recipes.loader import load_tree
+from factory.render.outputs import image_outputs
 from tests.conftest import KIMI, ROOT, recipes_tree, run_factory, small_recipe
 
 RELEASES = [Version(v) for v in ("0.33.0", "0.27.1", "0.14.0", "0.12.0", "0.11.2", "0.11.1")]
@@ -128,6 +131,43 @@ def test_the_project_lock_holds_what_its_images_install(project: Project) -> Non
     names = {name for name, _ in requirement_blocks(cpu)}
     assert "torch" in names and "torchvision" not in names, "what the image must not have is not in its set"
     assert "torch==2.13.0+cpu" in cpu
+
+
+def test_a_vllm_bump_on_one_torch_keeps_what_the_torch_layer_is_keyed_on(project: Project) -> None:
+    """BuildKit keys the torch layer on every instruction up to it and the files that step mounts. For two
+    vLLM releases on one torch those must be equal, or a bump rebuilds and ships the whole image again."""
+    h200 = select(project, KIMI, "h200", "default")[0]
+    image, install = h200.image, h200.image.install
+    assert install is not None
+    older = image.model_copy(
+        update={
+            "vllm_version": "0.11.1",
+            "install": install.model_copy(
+                update={
+                    "lock_key": "vllm-0.11.1-cuda-amd64-py3.11",
+                    "requirements": install.requirements.replace("vllm==0.11.2", "vllm==0.11.1"),
+                }
+            ),
+        }
+    )
+
+    def context(spec: ImageSpec) -> dict[str, bytes]:
+        return {
+            str(file.path.relative_to(spec.directory)): file.content
+            for file in image_outputs(spec, "0" * 64, h200.server, None)
+        }
+
+    def up_to_the_torch_layer(dockerfile: bytes) -> list[str]:
+        end = "/tmp/requirements/heavy.txt \\\n    && rm -rf /tmp/uv"
+        assert end in dockerfile.decode()
+        text = dockerfile.decode().split(end)[0]
+        return [line for line in text.splitlines() if not line.lstrip().startswith("#")]  # comments: no key
+
+    newer, older_ = context(image), context(older)
+    assert up_to_the_torch_layer(newer["Dockerfile"]) == up_to_the_torch_layer(older_["Dockerfile"])
+    for mounted in ("requirements/uv.txt", "requirements/heavy.txt", "wheels/.keep"):
+        assert newer[mounted] == older_[mounted], f"{mounted} names the vLLM release"
+    assert newer["requirements/requirements.txt"] != older_["requirements/requirements.txt"]
 
 
 def test_check_fails_on_a_missing_or_stale_lock_without_the_index(tmp_path: Path) -> None:

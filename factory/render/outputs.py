@@ -69,10 +69,13 @@ def _requirements(base: PurePosixPath, image: ImageSpec) -> list[OutputFile]:
     install = image.install
     if install is None or install.kind != "pip":
         return []
+    # uv.txt and heavy.txt are part of what BuildKit keys the torch layer on: their text must not name the
+    # vLLM release, or two releases on one torch would not share that layer.
+    shared = "# DO NOT EDIT: copied by `factory generate` from the lock; the same for every release on this torch.\n"
     header = f"# DO NOT EDIT: copied by `factory generate` from the lock ({install.lock_key}).\n"
     return [
-        OutputFile(base / "requirements" / "uv.txt", (header + install.uv_requirements).encode()),
-        OutputFile(base / "requirements" / "heavy.txt", (header + install.heavy_requirements).encode()),
+        OutputFile(base / "requirements" / "uv.txt", (shared + install.uv_requirements).encode()),
+        OutputFile(base / "requirements" / "heavy.txt", (shared + install.heavy_requirements).encode()),
         OutputFile(base / "requirements" / "requirements.txt", (header + install.requirements).encode()),
     ]
 
