@@ -111,10 +111,14 @@ def pip_floor(image: ImagePlan, settings: BuildSettings) -> Floor:
     with tempfile.TemporaryDirectory(prefix="factory-floor-") as folder:
         venv, wheels = Path(folder) / "venv", Path(folder) / "wheels"
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        sets = Path(folder) / "heavy.txt", Path(folder) / "rest.txt"
-        sets[0].write_text(image.install.heavy_requirements)
-        sets[1].write_text(image.install.requirements)
-        locked = ["--require-hashes", "--no-deps", "-r", str(sets[0]), "-r", str(sets[1])]
+        locked = ["--require-hashes", "--no-deps"]
+        for name, text in (
+            ("heavy.txt", image.install.heavy_requirements),
+            ("dependencies.txt", image.install.dependency_requirements),
+            ("requirements.txt", image.install.requirements),
+        ):
+            (Path(folder) / name).write_text(text)
+            locked += ["-r", str(Path(folder) / name)]
         if settings.find_links and image.install.local_wheels:
             locked += ["--find-links", str(settings.find_links)]
         env = {**os.environ, "PIP_NO_CACHE_DIR": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}

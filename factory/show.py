@@ -28,6 +28,8 @@ def install_commands(image: ImagePlan) -> list[str]:
         f"pip install --require-hashes --no-deps --target /tmp/uv -r {folder}/uv.txt",
         f"/tmp/uv/bin/uv pip install --require-hashes --no-deps{extra} -r {folder}/heavy.txt"
         f"  # torch {install.torch}" + (f", CUDA {install.cuda}" if install.cuda else ""),
+        f"/tmp/uv/bin/uv pip install --require-hashes --no-deps{extra} -r {folder}/dependencies.txt"
+        f"  # the other dependencies of {install.package}",
         f"/tmp/uv/bin/uv pip install --require-hashes --no-deps{extra} -r {folder}/requirements.txt"
         f"  # {install.package}=={image.vllm_version}: the locked set {install.lock_key}",
     ]

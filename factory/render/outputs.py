@@ -69,14 +69,16 @@ def _requirements(base: PurePosixPath, image: ImageSpec) -> list[OutputFile]:
     install = image.install
     if install is None or install.kind != "pip":
         return []
-    # uv.txt and heavy.txt are part of what BuildKit keys the torch layer on: their text must not name the
-    # vLLM release, or two releases on one torch would not share that layer.
-    shared = "# DO NOT EDIT: copied by `factory generate` from the lock; the same for every release on this torch.\n"
+    # What BuildKit keys the first two layers on includes uv.txt, heavy.txt and dependencies.txt: their
+    # text must not name the vLLM release, or two releases with the same pins below them would share nothing.
+    shared = "# DO NOT EDIT: copied by `factory generate` from the lock; not specific to one release.\n"
     header = f"# DO NOT EDIT: copied by `factory generate` from the lock ({install.lock_key}).\n"
+    folder = base / "requirements"
     return [
-        OutputFile(base / "requirements" / "uv.txt", (shared + install.uv_requirements).encode()),
-        OutputFile(base / "requirements" / "heavy.txt", (shared + install.heavy_requirements).encode()),
-        OutputFile(base / "requirements" / "requirements.txt", (header + install.requirements).encode()),
+        OutputFile(folder / "uv.txt", (shared + install.uv_requirements).encode()),
+        OutputFile(folder / "heavy.txt", (shared + install.heavy_requirements).encode()),
+        OutputFile(folder / "dependencies.txt", (shared + install.dependency_requirements).encode()),
+        OutputFile(folder / "requirements.txt", (header + install.requirements).encode()),
     ]
 
 
