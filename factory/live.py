@@ -16,6 +16,8 @@ from rich.live import Live
 from rich.text import Text
 
 _STEP = re.compile(r"^#(?P<id>\d+) \[(?P<stage>[^\]]*\d+/\d+)\] (?P<what>.*)$")
+# The engine writing the finished layers into its image store: for a 10 GB image about 20 s with no output.
+_EXPORT = re.compile(r"^#(?P<id>\d+) (?:\[[^\]]*\] )?exporting to image$")
 _CACHED = re.compile(r"^#(?P<id>\d+) CACHED$")
 _DONE = re.compile(r"^#(?P<id>\d+) DONE (?P<seconds>[\d.]+)s$")
 _OUTPUT = re.compile(r"^#(?P<id>\d+) (?:[\d.]+ )?(?P<text>.+)$")
@@ -85,10 +87,9 @@ class BuildProgress:
         if match := _STEP.match(line):
             if match["id"] not in self.steps and not match["what"].startswith("FROM "):
                 what = " ".join(match["what"].split())[:90]  # a RUN over several lines, on one
-                self.steps[match["id"]] = Step(f"[{match['stage']}] {what}", self.now())
-                self.current = match["id"]
-                self._release()
-                self.held = (match["id"], self._stamped(self.steps[match["id"]].title))
+                self._start(match["id"], f"[{match['stage']}] {what}")
+        elif match := _EXPORT.match(line):
+            self._start(match["id"], "exporting to image")
         elif match := _CACHED.match(line):
             if step := self.steps.get(match["id"]):
                 step.cached = True
@@ -99,6 +100,12 @@ class BuildProgress:
             self._release()  # the held step was not cached: its start line goes out before its output
             self._progress(line)
         self.tick()
+
+    def _start(self, step_id: str, title: str) -> None:
+        self.steps[step_id] = Step(title, self.now())
+        self.current = step_id
+        self._release()
+        self.held = (step_id, self._stamped(title))
 
     def _progress(self, line: str) -> None:
         if match := _DONE.match(line):

@@ -25,6 +25,10 @@ BUILDKIT = [
     "#7 sha256:4f5e 180.00MB / 180.00MB 9.8s",
     "#7 DONE 95.0s",
     "#8 [4/4] RUN /opt/vllm/bin/python -m factory_version_check",
+    "#8 DONE 0.4s",
+    "#9 [image] exporting to image",
+    "#9 exporting layers 22.8s done",
+    "#9 DONE 23.0s",
 ]
 
 
@@ -61,6 +65,7 @@ def test_a_ci_log_gets_a_timestamped_line_per_step_and_a_heartbeat_while_one_run
     assert re.search(r"\[3/4\] RUN uv pip install -r requirements/heavy.txt: running for 4\ds; last: ", text)
     assert "[3/4] RUN uv pip install -r requirements/heavy.txt: done in 1m35s, 180.0 MB" in text
     assert "FROM" not in text, "the base is resolved, not built: no step of its own"
+    assert "exporting to image: done in 23s" in text, "the engine's silent minute gets its own step"
     assert progress.cached == 1
 
 
