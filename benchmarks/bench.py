@@ -319,6 +319,20 @@ def cuda_figures(
                 f"build {cold.duration_s:.1f} s (uv's cache emptied first); {floor.describe()}",
             )
         )
+        # Again with no layer cache, now that uv's cache mount holds every wheel: installers compared
+        # without the network (pip's half of that is its install from the downloaded wheels).
+        warm = build_image(project.root, h200, settings, no_cache=True)
+        figures.append(
+            Figure(
+                "CUDA build, no layer cache, wheels local (uv) vs pip from local wheels",
+                round(warm.duration_s / floor.install_s, 2),
+                "x",
+                "<= 0.5x",
+                warm.duration_s / floor.install_s <= 0.5,
+                f"build {warm.duration_s:.1f} s (uv's cache warm); pip install from the downloaded wheels"
+                f" {floor.install_s:.1f} s",
+            )
+        )
         h100 = build_image(project.root, blueprint(project, "h100"), settings)
         shared = set(client.images.get(cold.image_id).attrs["RootFS"]["Layers"])
         added = [
