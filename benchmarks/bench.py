@@ -334,7 +334,9 @@ def cuda_figures(
             )
         )
         h100 = build_image(project.root, blueprint(project, "h100"), settings)
-        shared = set(client.images.get(cold.image_id).attrs["RootFS"]["Layers"])
+        # The no-cache rebuild made new layers (new timestamps): the builder's cache now holds the warm
+        # build's, so that is what the H100 image and the 0.11.1 image are built on and compared with.
+        shared = set(client.images.get(warm.image_id).attrs["RootFS"]["Layers"])
         added = [
             layer
             for layer in client.images.get(h100.image_id).attrs["RootFS"]["Layers"]
@@ -350,15 +352,15 @@ def cuda_figures(
                 f"{h100.cached_steps}/{h100.total_steps} steps cached; only labels/env/cmd differ",
             )
         )
-        size, layers = size_against_floor(client, cold)
+        size, layers = size_against_floor(client, warm)
         figures.append(size)
         listing += ["", "H200 image:", *layers]
     older = older_release(root, settings, kimi)
-    figures.append(bump_share_on_disk(client, older, cold))
+    figures.append(bump_share_on_disk(client, older, warm))
     if registry is None:
         print("registry figures skipped: no registry answers at FACTORY_BENCH_REGISTRY")
     else:
-        figures += registry_figures(client, registry, older, cold, floor)
+        figures += registry_figures(client, registry, older, warm, floor)
 
 
 def older_release(root: Path, settings: BuildSettings, kimi: str) -> BuildResult:
