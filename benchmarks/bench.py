@@ -112,11 +112,7 @@ def pip_floor(image: ImagePlan, settings: BuildSettings) -> Floor:
         venv, wheels = Path(folder) / "venv", Path(folder) / "wheels"
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         locked = ["--require-hashes", "--no-deps"]
-        for name, text in (
-            ("heavy.txt", image.install.heavy_requirements),
-            ("dependencies.txt", image.install.dependency_requirements),
-            ("requirements.txt", image.install.requirements),
-        ):
+        for name, text in image.install.layers:
             (Path(folder) / name).write_text(text)
             locked += ["-r", str(Path(folder) / name)]
         if settings.find_links and image.install.local_wheels:
@@ -138,12 +134,11 @@ def pip_floor(image: ImagePlan, settings: BuildSettings) -> Floor:
         )
 
 
-def forget_download_caches(client: docker.DockerClient) -> int:
+def forget_download_caches(client: docker.DockerClient) -> None:
     """Empty the builder's cache mounts (uv's download cache), so that a no-cache build is cold as a
-    fresh machine's is: `no_cache` alone keeps cache mounts. Bytes freed."""
+    fresh machine's is: `no_cache` alone keeps cache mounts."""
     # The engine takes a `type` filter (API 1.39+); the SDK's stubs list only dangling and until.
-    freed = client.api.prune_builds(filters={"type": ["exec.cachemount"]}, all=True)  # type: ignore[arg-type]
-    return int(freed.get("SpaceReclaimed") or 0)
+    client.api.prune_builds(filters={"type": ["exec.cachemount"]}, all=True)  # type: ignore[arg-type]
 
 
 def layer_sizes(client: docker.DockerClient, image_id: str) -> list[tuple[str, int]]:

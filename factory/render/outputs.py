@@ -69,16 +69,15 @@ def _requirements(base: PurePosixPath, image: ImageSpec) -> list[OutputFile]:
     install = image.install
     if install is None or install.kind != "pip":
         return []
-    # What BuildKit keys the first two layers on includes uv.txt, heavy.txt and dependencies.txt: their
-    # text must not name the vLLM release, or two releases with the same pins below them would share nothing.
+    # What BuildKit keys every layer below vLLM's own on includes uv.txt and those layers' files: their text
+    # must not name the vLLM release, or two releases with the same pins below vLLM would share nothing.
     shared = "# DO NOT EDIT: copied by `factory generate` from the lock; not specific to one release.\n"
-    header = f"# DO NOT EDIT: copied by `factory generate` from the lock ({install.lock_key}).\n"
-    folder = base / "requirements"
+    named = f"# DO NOT EDIT: copied by `factory generate` from the lock ({install.lock_key}).\n"
+    files = [("uv.txt", install.uv_requirements), *install.layers]
+    last = len(files) - 1
     return [
-        OutputFile(folder / "uv.txt", (shared + install.uv_requirements).encode()),
-        OutputFile(folder / "heavy.txt", (shared + install.heavy_requirements).encode()),
-        OutputFile(folder / "dependencies.txt", (shared + install.dependency_requirements).encode()),
-        OutputFile(folder / "requirements.txt", (header + install.requirements).encode()),
+        OutputFile(base / "requirements" / name, ((named if index == last else shared) + text).encode())
+        for index, (name, text) in enumerate(files)
     ]
 
 
