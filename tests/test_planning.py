@@ -11,9 +11,9 @@ import pytest
 from factory.blueprint import plan_project, plan_recipe
 from factory.plan.models import Deployment, ImagePlan
 from factory.plan.preflight import preflight
-from factory.render import compose
 from factory.project import Project, load_project
 from factory.recipes.loader import load_tree
+from factory.render import compose
 from tests.conftest import FIXTURES, KIMI, TINY, blueprint_of, recipes_tree, small_recipe
 
 SEED_HARDWARE = ["h100", "h200", "b200", "gb200", "b300", "gb300", "mi300x", "mi325x", "mi350x", "mi355x"]
