@@ -37,7 +37,7 @@ OVERRIDE_ALLOWED_BY = {
     "network_mode": "network",
     "hostname": "network",
     "networks": "network",
-    "ports": "ports",
+    "ports": "port",
     "labels": "labels",
 }
 

@@ -82,14 +82,13 @@ class RunSpec(Frozen):
     ulimits: tuple[tuple[str, int], ...]
     port: int  # the port the process listens on (its own --port, else the server's)
     network: Literal["host", "published"]  # the host's network (nodes meet there), or a published port
-    bind: Value  # the address it listens on: a setting (host network), or every interface in its container
     probe: HealthProbe | None  # None: it serves no HTTP (a headless rank)
     volumes: tuple[Volume, ...]
     labels: tuple[tuple[str, str], ...]
 
     @property
     def is_template(self) -> bool:
-        values = [*self.args, *(value for _, value in self.env), self.bind]
+        values = [*self.args, *(value for _, value in self.env)]
         values += [self.probe.host] if self.probe else []
         return any(isinstance(value, FromIndex) for value in values)
 
@@ -104,10 +103,15 @@ class RunSpec(Frozen):
             update={
                 "args": tuple(value_at(arg, index) for arg in self.args),
                 "env": tuple((name, value_at(value, index)) for name, value in self.env),
-                "bind": value_at(self.bind, index),
                 "probe": probe,
             }
         )
+
+    @property
+    def bind(self) -> Value:
+        """The address it listens on: its --host (a setting on the host's network), else every interface of
+        its own container (vLLM's default)."""
+        return _flag_value(self.args, "--host") or "0.0.0.0"
 
     @property
     def argv(self) -> list[str]:
@@ -191,7 +195,6 @@ def process_spec(
     server, vendor = run.server, run.vendor
     listens = port or server.port
     host_flag = _flag_value(args, "--host")
-    bind: Value = host_flag if host_flag is not None else "0.0.0.0"  # vLLM's default: every interface
     probe = (
         HealthProbe(
             path=server.health_path,
@@ -223,7 +226,6 @@ def process_spec(
         ulimits=tuple(server.ulimits.items()) if is_vllm else (),
         port=listens,
         network="host" if host_network else "published",
-        bind=bind,
         probe=probe,
         volumes=tuple(server.volumes) if is_vllm else (),
         labels=tuple(sorted(labels.items())),

@@ -33,6 +33,7 @@ NANOSECONDS = 1_000_000_000
 CANNOT_EXPRESS = {
     "gpus": "Docker does not allocate GPUs: a device request for N always takes the node's first N, so "
     "every process reserves all of its node's GPUs (the recipe pages' --gpus all)",
+    "program": "the image's entrypoint runs the program: a container names none",
 }
 
 
@@ -47,7 +48,7 @@ class Difference:
 
 DIFFERENCES = (
     Difference(
-        "ports",
+        "port",
         "the API is published on 127.0.0.1, at a host port the engine picks",
         "a validation run never publishes the API to the network, and two runs never collide on one port",
     ),
@@ -103,13 +104,18 @@ def gpu_run_options(spec: RunSpec, settings: Mapping[str, str] | None = None) ->
     return options
 
 
-def run_options(spec: RunSpec, settings: Mapping[str, str], cache: Path) -> dict[str, Any]:
-    """The Docker SDK options of the shipped container, `DIFFERENCES` aside (ports, cache, labels)."""
+def run_options(
+    spec: RunSpec, settings: Mapping[str, str], cache: Path, run_labels: dict[str, str]
+) -> dict[str, Any]:
+    """The Docker SDK's `containers.run` arguments for the shipped container, with DIFFERENCES applied:
+    published on loopback at a port the engine picks, `cache` as the model cache, `run_labels` added."""
     given = dict(settings)
     environment = {name: host_value(value, given) for name, value in spec.environment.items()}
     environment |= {secret.env: given.get(secret.env, "") for secret in spec.secrets}
     options: dict[str, Any] = {
+        "image": spec.image,
         "command": [host_value(arg, given) for arg in spec.argv],
+        "labels": {**dict(spec.labels), **run_labels},
         "environment": environment,
         "cap_add": list(spec.capabilities),
         "ulimits": [Ulimit(name=name, soft=limit, hard=limit) for name, limit in spec.ulimits],
@@ -120,6 +126,8 @@ def run_options(spec: RunSpec, settings: Mapping[str, str], cache: Path) -> dict
         options["shm_size"] = spec.shm_size
     if spec.network == "host":
         options["network_mode"] = "host"
+    else:
+        options["ports"] = {f"{spec.port}/tcp": ("127.0.0.1", None)}
     if spec.probe is not None:
         probe = spec.probe
         options["healthcheck"] = {
@@ -138,18 +146,17 @@ def run_options(spec: RunSpec, settings: Mapping[str, str], cache: Path) -> dict
 def running(spec: RunSpec, run_id: str, cache: Path) -> Iterator[Started]:
     """The spec's container, started on this engine; removed on the way out whatever happens."""
     local_engine = os.environ.get("DOCKER_HOST", "unix://").startswith("unix://")
-    options = run_options(spec, os.environ, cache)
-    command = options.pop("command")
-    environment = options.pop("environment")
     run_labels = labels("validate", **{"ai.vllm.factory.run": run_id})
-    container = (
-        DockerContainer(spec.image)
-        .with_command(command)
-        .with_kwargs(labels={**dict(spec.labels), **run_labels}, **options)
-    )
+    options = run_options(spec, os.environ, cache, run_labels)
+    image, command, environment = options.pop("image"), options.pop("command"), options.pop("environment")
+    ports, volumes = options.pop("ports", {}), options.pop("volumes")
+    container = DockerContainer(image).with_command(command).with_kwargs(**options)
+    for source, mount in volumes.items():
+        container.with_volume_mapping(source, mount["bind"], mount["mode"])
     # Loopback only on a local engine: a validation run must not publish the API to the network.
     # (testcontainers' with_bind_ports takes no host address; docker-py takes this tuple.)
-    container.ports[f"{spec.port}/tcp"] = ("127.0.0.1", None) if local_engine else None  # type: ignore[assignment]
+    for port, binding in ports.items():
+        container.ports[port] = binding if local_engine else None
     for name, value in environment.items():
         container.with_env(name, value)
     try:
