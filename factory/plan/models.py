@@ -70,6 +70,7 @@ class ImageSpec(Frozen):
     unbuildable: str | None
     env: dict[str, str]  # set in every deployment of the image, with one value: the image's ENV
     default_command: list[str]  # the recommended single-node command: `docker run IMAGE` serves it
+    tasks: list[str] = []  # what the model does (the recipe's meta.tasks): chooses validation's probes
     start_period_s: int
     repository: str
     tag: str
