@@ -8,6 +8,7 @@ from functools import cache
 from pathlib import Path
 
 from factory.errors import InputError
+from factory.recipes.loader import recipe_paths
 from factory.files import write_text_atomic
 from factory.lock.model import Lock
 from factory.yamlfile import parse_model
@@ -21,7 +22,9 @@ def inputs_digest(tree: Path, catalog: Path) -> str:
     digest = hashlib.sha256()
     paths = [
         tree / "taxonomy.yaml",
-        *sorted((tree / "models").glob("*/*.yaml")),
+        # Only what the loader reads: a link, a folder or a dangling link named .yaml is a bad recipe's
+        # problem, not a file to hash (reading one was a traceback, or a read outside the tree).
+        *sorted(path for path in recipe_paths(tree) if path.is_file() and not path.is_symlink()),
         *sorted(catalog.glob("*.yaml")),
     ]
     for path in paths:
