@@ -7,7 +7,6 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-
 # How much of a bad value an error quotes: enough to recognise it, never a page (an expanded alias bomb
 # once printed a 312 MB line).
 SHOWN = 200
@@ -19,7 +18,7 @@ def shown(value: object) -> str:
     printable ASCII escaped, so a newline cannot start a line and a look-alike letter shows as what it is."""
     text = value if isinstance(value, str) else None
     if text is not None and len(text) > SHOWN:
-        return f"{ascii(text[:SHOWN])}... ({len(text)} characters)"
+        return f"{text[:SHOWN]!a}... ({len(text)} characters)"
     quoted = ascii(value)
     if len(quoted) > SHOWN:
         return f"{quoted[:SHOWN]}... ({len(quoted)} characters)"

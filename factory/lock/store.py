@@ -8,9 +8,9 @@ from functools import cache
 from pathlib import Path
 
 from factory.errors import InputError
-from factory.recipes.loader import recipe_paths
 from factory.files import write_text_atomic
 from factory.lock.model import Lock
+from factory.recipes.loader import recipe_paths
 from factory.yamlfile import parse_model
 
 LOCK_NAME = "vllm.lock.json"

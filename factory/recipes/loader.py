@@ -155,10 +155,10 @@ def recipe_paths(root: Path) -> list[Path]:
 
 def _entries(folder: Path) -> Iterator[Path]:
     try:
-        names = sorted(os.listdir(folder))
+        entries = sorted(folder.iterdir())
     except OSError:  # absent or not a folder: no recipes there
         return
-    yield from (folder / name for name in names if not name.startswith("."))
+    yield from (entry for entry in entries if not entry.name.startswith("."))
 
 
 def _check_file(path: Path) -> None:
