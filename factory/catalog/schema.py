@@ -6,7 +6,7 @@ from typing import Literal
 
 from packaging.specifiers import SpecifierSet
 
-from factory.models_base import Strict
+from factory.models_base import Count, Port, Strict
 
 Platform = Literal["linux/amd64", "linux/arm64"]
 
@@ -112,11 +112,11 @@ class Vendor(Strict):
 class Server(Strict):
     """How every image serves: the API port inside the container and the health check Docker runs."""
 
-    port: int = 8000
+    port: Port = 8000
     health_path: str = "/health"
-    health_interval_s: int = 30
-    health_timeout_s: int = 5
-    health_retries: int = 3
+    health_interval_s: Count = 30
+    health_timeout_s: Count = 5
+    health_retries: Count = 3
 
     @property
     def health_url(self) -> str:
