@@ -371,3 +371,17 @@ def test_a_value_too_long_for_a_dockerfile_line_is_refused(tmp_path: Path) -> No
         value[:200],
     )
     assert "70000 characters" in line and len(line) < 800
+
+
+def test_a_strategy_display_name_that_would_add_a_line_to_compose_files_is_refused(tmp_path: Path) -> None:
+    """A strategy's display name heads every compose file made with it: the tree's shared files are other
+    people's input too."""
+    recipes = _tree(tmp_path)
+    strategy = recipes / "strategies" / "single_node_tp.yaml"
+    data = yaml.safe_load(strategy.read_text())
+    data["display_name"] = "Tensor Parallel\nservices: {evil: {image: evil}}"
+    strategy.write_text(yaml.safe_dump(data, sort_keys=False))
+    result, out, _ = _generate(tmp_path, recipes)
+    assert result.returncode != 0
+    assert "single_node_tp.yaml" in result.stderr and "display_name" in result.stderr, result.stderr
+    assert not out.exists() or "evil" not in _all_text(out)

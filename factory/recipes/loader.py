@@ -107,6 +107,7 @@ def load_tree(root: Path) -> RecipeTree:
             hint="expected models/<org>/<name>.yaml, strategies/*.yaml and taxonomy.yaml",
         )
     taxonomy = load_model(Taxonomy, taxonomy_path)
+    check_values(taxonomy.model_dump(), taxonomy_path)
     for profile in taxonomy.hardware_profiles:
         check_name(profile, taxonomy_path, f"hardware_profiles.{profile}", "hardware profile id")
     strategies: dict[str, Strategy] = {}
@@ -122,6 +123,7 @@ def load_tree(root: Path) -> RecipeTree:
                 valid=[path.stem],
             )
         check_name(strategy.name, path, "name", "strategy name")
+        check_values(strategy.model_dump(), path)  # its display name heads every compose file of it
         strategies[strategy.name] = strategy
         strategy_paths[strategy.name] = path
     kv_stores = {path.stem: load_model(KvStore, path) for path in sorted((root / "kv_store").glob("*.yaml"))}
