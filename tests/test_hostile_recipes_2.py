@@ -152,6 +152,17 @@ def test_a_recipe_that_is_a_link_out_of_the_tree_is_not_read(tmp_path: Path, wha
     assert not (out / "images" / "small").exists()
 
 
+def test_a_strategy_file_that_is_a_link_is_not_read(tmp_path: Path) -> None:
+    recipes = _tree(tmp_path)
+    strategy = recipes / "strategies" / "single_node_tp.yaml"
+    moved = tmp_path / "single_node_tp.yaml"
+    strategy.rename(moved)
+    strategy.symlink_to(moved)
+    result, _, _ = _generate(tmp_path, recipes)
+    assert result.returncode != 0
+    assert "single_node_tp.yaml" in result.stderr and "symlink" in result.stderr, result.stderr
+
+
 def test_generate_never_writes_through_a_linked_output_folder(tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -163,6 +174,18 @@ def test_generate_never_writes_through_a_linked_output_folder(tmp_path: Path) ->
     assert "compose/good" in result.stderr and "symlink" in result.stderr
     assert "Traceback" not in result.stderr
     assert list(outside.iterdir()) == [], "nothing written outside the output folder"
+
+
+def test_generate_never_writes_its_cache_through_a_link(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".factory-cache").symlink_to(outside)
+    result = run_factory(ROOT, "generate", "--recipes", str(_tree(tmp_path)), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert (out / "compose" / "good").is_dir()
+    assert list(outside.iterdir()) == [], "the cache is skipped, not written outside the output folder"
 
 
 # 4. Reading is bounded --------------------------------------------------------------------------------

@@ -106,6 +106,10 @@ def load_tree(root: Path) -> RecipeTree:
             file=root,
             hint="expected models/<org>/<name>.yaml, strategies/*.yaml and taxonomy.yaml",
         )
+    shared = [taxonomy_path, *(root / "strategies").glob("*.yaml"), *(root / "kv_store").glob("*.yaml")]
+    for path in shared:
+        if path.is_symlink():
+            raise InputError("a symlink: the tree's files are read from inside the tree only", file=path)
     taxonomy = load_model(Taxonomy, taxonomy_path)
     check_values(taxonomy.model_dump(), taxonomy_path)
     for profile in taxonomy.hardware_profiles:
