@@ -308,6 +308,14 @@ def test_a_model_id_that_differs_only_in_case_does_not_take_another_recipes_plac
     assert by_id.returncode == 0 and by_id.stdout.startswith("# ACME/small-8b"), by_id.stderr
 
 
+def test_a_look_alike_name_reaches_no_recipe(tmp_path: Path) -> None:
+    recipes = recipes_tree(tmp_path / "recipes", {"acme/Kimi": small_recipe()})
+    assert _show(recipes, tmp_path, "ACME/KIMI").returncode == 0, "ASCII capitals fold"
+    result = _show(recipes, tmp_path, "acme/\u212aimi")  # a Kelvin sign lower-cases to "k"
+    assert result.returncode != 0 and "no recipe for this model" in result.stderr, result.stdout
+    assert "\\u212aimi" in result.stderr, "the error shows the look-alike escaped"
+
+
 def test_a_variants_model_id_selects_that_variant(tmp_path: Path) -> None:
     result = _show(_two_models(tmp_path), tmp_path, "acme/two-fp8")
     assert result.returncode == 0, result.stderr

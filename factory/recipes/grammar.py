@@ -38,9 +38,10 @@ MAX_COUNT = 4096
 
 
 def identity(name: str) -> str:
-    """The one normalisation names are compared under (slugs, recipe and model ids): the names are ASCII by
-    grammar, so lower-casing is exact."""
-    return name.lower()
+    """The one normalisation names are compared under (slugs, recipe and model ids, a name typed on the
+    command line): ASCII capitals fold, nothing else does. `str.lower` alone would fold a Kelvin sign to
+    "k", so a name nobody can write in a recipe would reach a recipe that exists."""
+    return name.lower() if name.isascii() else name
 
 
 def check_name(value: str, path: Path, field: str, what: str) -> None:
