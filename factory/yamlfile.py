@@ -10,7 +10,7 @@ from typing import Any, TypeVar, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from factory.errors import InputError
+from factory.errors import InputError, shown
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 # libyaml's parser where PyYAML was built with it (several times faster on a whole recipes tree).
@@ -45,7 +45,7 @@ class _Loader(_BaseLoader):  # type: ignore[misc]
                 raise yaml.constructor.ConstructorError(
                     None,
                     None,
-                    f"the key {key!r} appears twice in one mapping"
+                    f"the key {shown(key)} appears twice in one mapping"
                     f" (first at line {seen[key].start_mark.line + 1})",
                     key_node.start_mark,
                 )
