@@ -416,3 +416,12 @@ def test_a_strategy_display_name_that_would_add_a_line_to_compose_files_is_refus
     assert result.returncode != 0
     assert "single_node_tp.yaml" in result.stderr and "display_name" in result.stderr, result.stderr
     assert not out.exists() or "evil" not in _all_text(out)
+
+
+def test_flags_that_add_up_past_a_dockerfile_line_are_refused(tmp_path: Path) -> None:
+    """Each under the limit for one value, together over what one Dockerfile line (the image's CMD) holds."""
+    flags = [f"--served-model-name=m{index}-" + "x" * 3000 for index in range(25)]
+    recipe = small_recipe()
+    recipe["model"]["base_args"] = flags
+    _, line = _only_bad(tmp_path, _tree(tmp_path, {"acme/Small-8B": recipe}), "models/acme/Small-8B.yaml")
+    assert "model.base_args" in line and "Dockerfile line" in line, line

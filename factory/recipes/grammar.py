@@ -28,6 +28,9 @@ PROSE_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")  # newli
 # The longest value that may reach a generated file (a flag, an environment value, a name): far above any
 # upstream value (170 characters), far below the 64 KiB line BuildKit's Dockerfile reader refuses.
 MAX_VALUE = 4096
+# All flags and environment values of one file together: the image's CMD is one Dockerfile line holding a
+# command made of them (upstream's largest recipe has 3,273 characters of them).
+MAX_COMMAND = 32 * 1024
 MAX_PROSE = 256 * 1024
 # Ports and counts the factory passes on: a port as TCP knows it, a parallel size no machine exceeds.
 PORT_FLAGS = frozenset({"--port"})
@@ -69,12 +72,23 @@ def check_values(data: Any, path: Path, prefix: str = "") -> None:
     to a generated file; page text and shell snippets may span lines), no value too long for a Dockerfile
     line. Every flag list: no whitespace in a flag's name, ports and parallel sizes in range. Every
     environment map: names as the shell knows them."""
+    command = 0
     for field, value in _walk(data, prefix):
         leaf = field.rsplit(".", 1)[-1].split("[", 1)[0]
         if isinstance(value, str):
             _check_text(value, path, field, prose=leaf in PROSE)
         if leaf.endswith("args") and isinstance(value, list):
             _check_flags(value, path, field)
+            command += sum(len(str(flag)) + 4 for flag in value)  # quoted, comma, space
+        if leaf.endswith("env") and isinstance(value, dict):
+            command += sum(len(str(name)) + len(str(text)) + 4 for name, text in value.items())
+        if command > MAX_COMMAND:
+            raise InputError(
+                f"the flags and environment values up to here add up to {command} characters: at most"
+                f" {MAX_COMMAND} in one file (the image's command is one Dockerfile line)",
+                file=path,
+                field=field,
+            )
         if leaf.endswith("env") and isinstance(value, dict):
             for name in value:
                 if not ENV_NAME.fullmatch(str(name)):
