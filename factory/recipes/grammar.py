@@ -26,7 +26,7 @@ CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 PROSE = frozenset({"description", "guide", "command", "install", "curl", "note"})
 PROSE_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")  # newline and tab allowed
 # The longest value that may reach a generated file (a flag, an environment value, a name): far above any
-# upstream value (170 characters), far below the 64 KiB line BuildKit's Dockerfile reader refuses.
+# upstream value (170 characters), far below the 65,535-byte line Docker's Dockerfile parser refuses.
 MAX_VALUE = 4096
 # All flags and environment values of one file together: the image's CMD is one Dockerfile line holding a
 # command made of them (upstream's largest recipe has 3,273 characters of them).
