@@ -116,6 +116,28 @@ def test_a_name_or_value_ending_in_a_line_break_is_refused(
     _refused(tmp_path, change, field, value)
 
 
+def _long_model_id_without_slug(recipe: dict[str, Any]) -> None:
+    del recipe["meta"]["slug"]
+    recipe["model"]["model_id"] = "acme/" + "b" * 300
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda r: r["meta"].update(slug="a" * 300), "meta.slug"),
+        (lambda r: _long_model_id_without_slug(r), "model.model_id"),
+    ],
+    ids=["slug", "model-id-as-slug"],
+)
+def test_a_name_too_long_for_a_folder_is_one_line_not_a_traceback(
+    tmp_path: Path, change: Change, field: str
+) -> None:
+    recipe = small_recipe()
+    change(recipe)
+    _, line = _only_bad(tmp_path, _tree(tmp_path, {"acme/Small-8B": recipe}), "models/acme/Small-8B.yaml")
+    assert field in line and "at most 128 characters" in line, line
+
+
 def test_a_value_ending_in_a_newline_is_escaped_by_the_fast_path() -> None:
     from factory.render.templating import json_string
 

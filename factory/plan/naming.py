@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from factory.errors import InputError
-from factory.recipes.grammar import identity
+from factory.recipes.grammar import MAX_NAME, identity
 from factory.recipes.loader import LoadedRecipe
 
 REPOSITORY_PREFIX = "vllm-factory"
@@ -27,10 +27,11 @@ def slug(loaded: LoadedRecipe, model_id: str) -> str:
     candidate = identity(written)
     # Checked as written, before lower-casing: a Kelvin sign lower-cases to "k" and so to another recipe's
     # slug; only ASCII capitals fold.
-    if not written.isascii() or not PATH_COMPONENT.fullmatch(candidate):
+    if not written.isascii() or not PATH_COMPONENT.fullmatch(candidate) or len(candidate) > MAX_NAME:
         field = "meta.slug" if given else "model.model_id"
         raise InputError(
-            "not usable as an image name: lower-case letters and digits, joined by single '.', '_' or '-'",
+            "not usable as an image name: lower-case letters and digits, joined by single '.', '_' or '-',"
+            f" at most {MAX_NAME} characters",
             file=loaded.path,
             field=field,
             value=given or model_id,

@@ -11,6 +11,8 @@ from typing import Any
 
 from factory.errors import InputError
 
+# A name is a path segment (255 bytes on Linux, with a hardware id beside it) and a Docker tag part (128).
+MAX_NAME = 128
 # Every grammar is matched whole (`fullmatch`): `$` also matches before a final newline, which let a name
 # ending in "\n" through (issue 18). Classes are ASCII only, so a look-alike (a Kelvin sign that lower-cases
 # to "k") never passes for a letter.
@@ -48,9 +50,10 @@ def identity(name: str) -> str:
 
 
 def check_name(value: str, path: Path, field: str, what: str) -> None:
-    if not NAME.fullmatch(value) or set(value) == {"."}:
+    if not NAME.fullmatch(value) or set(value) == {"."} or len(value) > MAX_NAME:
         raise InputError(
-            f"not a usable {what}: letters, digits, '_', '.' and '-', starting with a letter or digit",
+            f"not a usable {what}: letters, digits, '_', '.' and '-', starting with a letter or digit,"
+            f" at most {MAX_NAME} characters",
             file=path,
             field=field,
             value=value,
