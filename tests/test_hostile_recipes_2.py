@@ -125,7 +125,7 @@ def _long_model_id_without_slug(recipe: dict[str, Any]) -> None:
     ("change", "field"),
     [
         (lambda r: r["meta"].update(slug="a" * 300), "meta.slug"),
-        (lambda r: _long_model_id_without_slug(r), "model.model_id"),
+        (_long_model_id_without_slug, "model.model_id"),
     ],
     ids=["slug", "model-id-as-slug"],
 )
