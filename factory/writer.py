@@ -42,13 +42,10 @@ def write_outputs(out: Path, files: list[OutputFile], keep: Iterable[str] = ()) 
     for file, path in targets:
         if same(path, file):
             continue
-        try:
-            if path.parent not in folders:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                folders.add(path.parent)
-            _replace_atomically(path, file)
-        except OSError as exc:  # a full disk, a name the file system refuses: one line, not a traceback
-            raise InputError(f"cannot write a generated file: {exc.strerror}", file=path) from exc
+        if path.parent not in folders:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            folders.add(path.parent)
+        _replace_atomically(path, file)
         written += 1
     remove_extra(out, {file.path.as_posix() for file in files} | set(keep))
     return written

@@ -75,7 +75,7 @@ def check_values(data: Any, path: Path, prefix: str = "") -> None:
     to a generated file; page text and shell snippets may span lines), no value too long for a Dockerfile
     line. Every flag list: no whitespace in a flag's name, ports and parallel sizes in range. Every
     environment map: names as the shell knows them."""
-    command = 0
+    command, over = 0, ""
     for field, value in _walk(data, prefix):
         leaf = field.rsplit(".", 1)[-1].split("[", 1)[0]
         if isinstance(value, str):
@@ -85,13 +85,15 @@ def check_values(data: Any, path: Path, prefix: str = "") -> None:
             command += sum(len(str(flag)) + 4 for flag in value)  # quoted, comma, space
         if leaf.endswith("env") and isinstance(value, dict):
             command += sum(len(str(name)) + len(str(text)) + 4 for name, text in value.items())
-        if command > MAX_COMMAND:
-            raise InputError(
-                f"the flags and environment values up to here add up to {command} characters: at most"
-                f" {MAX_COMMAND} in one file (the image's command is one Dockerfile line)",
-                file=path,
-                field=field,
-            )
+        if command > MAX_COMMAND and not over:
+            over = field  # reported once every single value passed (a too long one is named as such)
+    if over:
+        raise InputError(
+            f"the flags and environment values add up to {command} characters: at most {MAX_COMMAND} in"
+            " one file (the image's command is one Dockerfile line)",
+            file=path,
+            field=over,
+        )
         if leaf.endswith("env") and isinstance(value, dict):
             for name in value:
                 if not ENV_NAME.fullmatch(str(name)):
