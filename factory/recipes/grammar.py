@@ -84,6 +84,7 @@ def check_values(data: Any, path: Path, prefix: str = "") -> None:
             _check_flags(value, path, field)
             command += sum(len(str(flag)) + 4 for flag in value)  # quoted, comma, space
         if leaf.endswith("env") and isinstance(value, dict):
+            _check_env_names(value, path, field)
             command += sum(len(str(name)) + len(str(text)) + 4 for name, text in value.items())
         if command > MAX_COMMAND and not over:
             over = field  # reported once every single value passed (a too long one is named as such)
@@ -94,15 +95,17 @@ def check_values(data: Any, path: Path, prefix: str = "") -> None:
             file=path,
             field=over,
         )
-        if leaf.endswith("env") and isinstance(value, dict):
-            for name in value:
-                if not ENV_NAME.fullmatch(str(name)):
-                    raise InputError(
-                        "not an environment variable name: letters, digits and '_', not first a digit",
-                        file=path,
-                        field=f"{field}.{name}",
-                        value=name,
-                    )
+
+
+def _check_env_names(env: dict[Any, Any], path: Path, field: str) -> None:
+    for name in env:
+        if not ENV_NAME.fullmatch(str(name)):
+            raise InputError(
+                "not an environment variable name: letters, digits and '_', not first a digit",
+                file=path,
+                field=f"{field}.{name}",
+                value=name,
+            )
 
 
 def _check_text(value: str, path: Path, field: str, prose: bool) -> None:
