@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -226,6 +227,41 @@ def corpus_figures(root: Path, upstream: Path) -> list[Figure]:
         )
         for name, (seconds, count) in timings.items()
     ] + [Figure("corpus size", files, "files", "> 10,000", files > 10_000, str(upstream))]
+
+
+def alias_bomb_figures() -> list[Figure]:
+    """Reading a few kB of nested YAML anchors (a billion nodes once expanded, issue 18): refused before
+    it expands, in about the time a sound recipe of the same size takes to read."""
+    from factory.errors import InputError
+    from factory.yamlfile import read_yaml
+
+    levels = "abcdefghi"
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{name}: &{name} [{', '.join([f'*{previous}'] * 9)}]\n"
+        for previous, name in itertools.pairwise(levels)
+    )
+    sound = "".join(f"{name}: [x, x, x, x, x, x, x, x, x]\n" for name in levels)
+    timings = {}
+    with tempfile.TemporaryDirectory(prefix="factory-bomb-") as folder:
+        for name, text in (("bomb", bomb), ("sound", sound)):
+            path = Path(folder) / f"{name}.yaml"
+            path.write_text(text)
+            started = time.monotonic()
+            for _ in range(100):
+                with contextlib.suppress(InputError):
+                    read_yaml(path)
+            timings[name] = (time.monotonic() - started) / 100
+    ratio = timings["bomb"] / timings["sound"]
+    return [
+        Figure(
+            "alias bomb refused",
+            round(timings["bomb"] * 1000, 3),
+            "ms",
+            "< 10x a sound file of its size",
+            ratio < 10,
+            f"{len(bomb)} bytes; a sound file of {len(sound)} bytes: {timings['sound'] * 1000:.3f} ms",
+        )
+    ]
 
 
 def untag(client: docker.DockerClient, repository: str) -> None:
@@ -479,7 +515,7 @@ def main() -> int:
     parser.add_argument(
         "--cuda", action="store_true", help="add the CUDA figures (two 11 GB images, minutes)"
     )
-    parser.add_argument("--only", choices=["cpu", "corpus", "cuda"], help="one group of figures")
+    parser.add_argument("--only", choices=["cpu", "corpus", "cuda", "hostile"], help="one group of figures")
     args = parser.parse_args()
     root = Path.cwd()
     client, settings = connect(), load_settings(root)
@@ -488,6 +524,8 @@ def main() -> int:
     listing: list[str] = []
     upstream = os.environ.get("FACTORY_UPSTREAM_RECIPES")
     try:
+        if args.only in (None, "hostile"):
+            figures += alias_bomb_figures()
         if args.only in (None, "corpus"):
             if upstream:
                 figures += corpus_figures(root, Path(upstream))

@@ -234,8 +234,10 @@ def _deployment(
 
 
 def select(project: Project, model: str, hardware: str, variant: str | None = None) -> list[Blueprint]:
-    """The blueprints of one recipe on one hardware: one variant, or every variant it has there."""
-    loaded = project.tree.recipe(model)
+    """The blueprints of one recipe on one hardware: one variant, or every variant it has there. A variant's
+    model id names that variant."""
+    loaded, named = project.tree.lookup(model)
+    variant = variant or named
     if hardware not in project.catalog.hardware:
         raise InputError(
             "unknown hardware", field="--hardware", value=hardware, valid=project.catalog.hardware
@@ -273,8 +275,8 @@ def choose_deployment(
     nodes: int | None = None,
 ) -> tuple[Blueprint, Deployment]:
     """One deployment, as `factory show` prints it: the recommended one unless told otherwise."""
-    loaded = project.tree.recipe(model)
-    variant = variant or next(iter(loaded.recipe.variants))
+    loaded, named = project.tree.lookup(model)
+    variant = variant or named or next(iter(loaded.recipe.variants))
     blueprint = select(project, model, hardware, variant)[0]
     if strategy is None:
         chosen = next((d for d in blueprint.deployments if d.recommended), blueprint.deployments[0])

@@ -3,8 +3,33 @@
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 from pathlib import Path
+
+# How much of a bad value an error quotes: enough to recognise it, never a page (an expanded alias bomb
+# once printed a 312 MB line).
+SHOWN = 200
+_UNPRINTABLE = re.compile(r"[^\x20-\x7e]")
+
+
+def shown(value: object) -> str:
+    """A value as an error quotes it: repr'd, capped at SHOWN characters, and every character outside
+    printable ASCII escaped, so a newline cannot start a line and a look-alike letter shows as what it is."""
+    text = value if isinstance(value, str) else None
+    if text is not None and len(text) > SHOWN:
+        return f"{text[:SHOWN]!a}... ({len(text)} characters)"
+    quoted = ascii(value)
+    if len(quoted) > SHOWN:
+        return f"{quoted[:SHOWN]}... ({len(quoted)} characters)"
+    return quoted
+
+
+def escaped(text: str) -> str:
+    """A name (a field path, a file) as an error prints it: unprintable characters escaped, capped."""
+    if len(text) > SHOWN:
+        text = text[:SHOWN] + "..."
+    return _UNPRINTABLE.sub(lambda match: ascii(match.group())[1:-1], text)
 
 
 class FactoryError(Exception):
@@ -32,15 +57,15 @@ class InputError(FactoryError):
         super().__init__(self._format(message))
 
     def _format(self, message: str) -> str:
-        where = ": ".join(part for part in (self.file, self.field) if part)
+        where = ": ".join(escaped(part) for part in (self.file, self.field) if part)
         lines = [f"{where}: {message}" if where else message]
         if self.value is not None:
-            lines.append(f"  got: {self.value!r}")
+            lines.append(f"  got: {shown(self.value)}")
         if self.valid is not None:
-            close = difflib.get_close_matches(str(self.value), self.valid, n=1)
+            close = difflib.get_close_matches(str(self.value)[:SHOWN], self.valid, n=1)
             if close:
-                lines.append(f"  did you mean: {close[0]!r}?")
-            lines.append(f"  valid: {', '.join(self.valid) if self.valid else '(none)'}")
+                lines.append(f"  did you mean: {shown(close[0])}?")
+            lines.append(f"  valid: {', '.join(map(escaped, self.valid)) if self.valid else '(none)'}")
         if self.hint:
             lines.append(f"  hint: {self.hint}")
         return "\n".join(lines)

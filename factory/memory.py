@@ -110,6 +110,8 @@ def write_memory(out: Path, entries: dict[str, Remembered]) -> None:
         "comment": "written by `factory generate` to skip unchanged recipes; safe to delete",
         "recipes": {recipe_id: _as_data(entry) for recipe_id, entry in sorted(entries.items())},
     }
+    if (out / CACHE.parent).is_symlink():  # a cache, safe to go without: never written through a link
+        return
     write_text_atomic(out / CACHE, json.dumps(body, separators=(",", ":")))
 
 

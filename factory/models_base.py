@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# A count of GPUs, nodes or parallel ranks: a whole number from 1 (strict: YAML's `true` is not 1, and 0 or
+# a negative count used to become 1 in silence), far below anything a machine has.
+Count = Annotated[int, Field(strict=True, ge=1, le=4096)]
+# A TCP port: a compose file or a container with 70000 in it is refused by Docker, not by us, otherwise.
+Port = Annotated[int, Field(strict=True, ge=1, le=65535)]
 
 
 class Strict(BaseModel):

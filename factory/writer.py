@@ -36,6 +36,7 @@ def write_outputs(out: Path, files: list[OutputFile], keep: Iterable[str] = ()) 
     """Write what changed and remove what is no longer generated (paths in `keep` aside); returns how many
     files were written."""
     targets = [(file, target(out, file.path)) for file in files]  # every path checked before any write
+    _refuse_links(out, [file.path for file in files])
     written = 0
     folders: set[Path] = set()
     for file, path in targets:
@@ -48,6 +49,24 @@ def write_outputs(out: Path, files: list[OutputFile], keep: Iterable[str] = ()) 
         written += 1
     remove_extra(out, {file.path.as_posix() for file in files} | set(keep))
     return written
+
+
+def _refuse_links(out: Path, paths: list[PurePosixPath]) -> None:
+    """No folder between the output folder and a generated file may be a link: `images/<slug>` pointing
+    elsewhere once had generate write 15 files outside the project. (The output folder itself is the
+    user's choice; a generated file that is a link is replaced, not written through, by the rename.)"""
+    checked: set[PurePosixPath] = set()
+    for path in paths:
+        for folder in reversed(path.parents[:-1]):  # images, images/<slug>, ... (not the output folder)
+            if folder in checked:
+                continue
+            if os.path.islink(os.path.join(out, folder)):
+                raise InputError(
+                    "a folder under the output folder is a symlink: refusing to write through it",
+                    file=out / folder,
+                    hint="remove the link; generate makes the folder itself",
+                )
+            checked.add(folder)
 
 
 def _replace_atomically(path: Path, file: OutputFile) -> None:

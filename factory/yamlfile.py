@@ -10,11 +10,18 @@ from typing import Any, TypeVar, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from factory.errors import InputError
+from factory.errors import InputError, shown
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 # libyaml's parser where PyYAML was built with it (several times faster on a whole recipes tree).
 _BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# What one file may hold once its aliases are expanded: nodes that aliases add (a few kB of nested anchors
+# expand to billions), and nesting (upstream recipes nest 8 deep; libyaml's own limit is 1,000, and Python
+# recursion gives out below that). Counted on the composed node graph, where an alias is a reference to its
+# anchor's node, so nothing is expanded to count it.
+MAX_ALIASED_NODES = 100_000
+MAX_DEPTH = 64
+_MERGE = "tag:yaml.org,2002:merge"
 # Names pydantic puts in an error's location for the member of a union it tried: not field names.
 _UNION_MEMBERS = re.compile(r"^(str|int|float|bool|list\[.*|dict\[.*|literal\[.*|function-.*|.*\[.*\])$")
 
@@ -25,12 +32,20 @@ class _Loader(_BaseLoader):  # type: ignore[misc]
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, yaml.Node] = {}
         for key_node, _ in node.value:
+            if key_node.tag == _MERGE:  # `<<: *base`: merged keys may be overridden, that is its purpose
+                continue
             key = self.construct_object(key_node, deep=deep)
+            try:
+                hash(key)
+            except TypeError:
+                raise yaml.constructor.ConstructorError(
+                    None, None, "a mapping key that is itself a list or a mapping", key_node.start_mark
+                ) from None
             if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None,
                     None,
-                    f"the key {key!r} appears twice in one mapping"
+                    f"the key {shown(key)} appears twice in one mapping"
                     f" (first at line {seen[key].start_mark.line + 1})",
                     key_node.start_mark,
                 )
@@ -45,7 +60,7 @@ def read_yaml(path: Path) -> Any:
         why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
         raise InputError(f"cannot read the file: {why}", file=path) from exc
     try:
-        return yaml.load(text, Loader=_Loader)  # a safe loader (SafeLoader underneath)
+        return _load_bounded(text, path)
     except RecursionError:
         raise InputError("malformed YAML: nested too deeply", file=path) from None
     except yaml.YAMLError as exc:
@@ -53,6 +68,59 @@ def read_yaml(path: Path) -> Any:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise InputError(f"malformed YAML{where}: {problem}", file=path) from exc
+
+
+def _load_bounded(text: str, path: Path) -> Any:
+    """Compose the document (aliases stay references), measure it, and only then build Python objects."""
+    loader = _Loader(text)  # a safe loader (SafeLoader underneath)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_size(node, path)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _check_size(root: yaml.Node, path: Path) -> None:
+    """Refuse a document whose aliases would expand past MAX_ALIASED_NODES, or that nests past MAX_DEPTH,
+    before anything is expanded: each distinct node is visited once, its expanded size memoised."""
+    sizes: dict[int, int] = {}  # id(node) -> nodes it stands for once every alias in it is expanded
+    heights: dict[int, int] = {}  # id(node) -> levels below it, aliases followed
+    distinct = 0
+    stack: list[tuple[yaml.Node, int, bool]] = [(root, 1, False)]
+    while stack:
+        node, depth, children_done = stack.pop()
+        if id(node) in sizes:
+            continue
+        if depth > MAX_DEPTH:  # also ends an alias that contains itself
+            raise InputError(f"malformed YAML: nested deeper than {MAX_DEPTH} levels", file=path)
+        children = _children(node)
+        if children_done:
+            sizes[id(node)] = 1 + sum(sizes[id(child)] for child in children)
+            heights[id(node)] = 1 + max((heights[id(child)] for child in children), default=0)
+            distinct += 1
+            continue
+        stack.append((node, depth, True))
+        stack.extend((child, depth + 1, False) for child in children if id(child) not in sizes)
+    if heights[id(root)] > MAX_DEPTH:  # an alias nested inside another alias's anchor, many times over
+        raise InputError(f"malformed YAML: nested deeper than {MAX_DEPTH} levels", file=path)
+    expanded = sizes[id(root)]
+    if expanded - distinct > MAX_ALIASED_NODES:
+        raise InputError(
+            f"YAML aliases would expand {distinct} nodes to {expanded}: at most {MAX_ALIASED_NODES} nodes"
+            " may come from aliases (an alias bomb?)",
+            file=path,
+        )
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
 
 
 def parse_model(model: type[ModelT], data: Any, path: Path, prefix: str = "") -> ModelT:

@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Literal
 
 from packaging.specifiers import SpecifierSet
-from pydantic import Field
 
-from factory.models_base import Strict
+from factory.models_base import Count, Port, Strict
 
 Platform = Literal["linux/amd64", "linux/arm64"]
 
@@ -125,11 +124,11 @@ class Server(Strict):
     """How every image serves: the API port inside the container, the health check, and what every serving
     process gets besides its vendor's devices."""
 
-    port: int = Field(default=8000, ge=1, le=65535)
+    port: Port = 8000
     health_path: str = "/health"
-    health_interval_s: int = 30
-    health_timeout_s: int = 5
-    health_retries: int = 3
+    health_interval_s: Count = 30
+    health_timeout_s: Count = 5
+    health_retries: Count = 3
     capabilities: list[str] = []
     ulimits: dict[str, int] = {}
     secrets: list[Secret] = []

@@ -10,6 +10,7 @@ from pathlib import Path
 from factory.errors import InputError
 from factory.files import write_text_atomic
 from factory.lock.model import Lock
+from factory.recipes.loader import recipe_paths
 from factory.yamlfile import parse_model
 
 LOCK_NAME = "vllm.lock.json"
@@ -21,12 +22,20 @@ def inputs_digest(tree: Path, catalog: Path) -> str:
     digest = hashlib.sha256()
     paths = [
         tree / "taxonomy.yaml",
-        *sorted((tree / "models").glob("*/*.yaml")),
+        # Only what the loader reads: a link, a folder or a dangling link named .yaml is a bad recipe's
+        # problem, not a file to hash (reading one was a traceback, or a read outside the tree).
+        *sorted(path for path in recipe_paths(tree) if path.is_file() and not path.is_symlink()),
         *sorted(catalog.glob("*.yaml")),
     ]
     for path in paths:
         name = path.relative_to(tree if path.is_relative_to(tree) else catalog).as_posix()
-        digest.update(name.encode() + b"\0" + path.read_bytes())
+        try:
+            content = path.read_bytes()
+        except OSError:  # an unreadable recipe: the loader reports it as that recipe's problem
+            if path.is_relative_to(tree / "models"):
+                continue
+            raise
+        digest.update(name.encode() + b"\0" + content)
     return digest.hexdigest()
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from factory.errors import InputError
+from factory.recipes.grammar import MAX_NAME, identity
 from factory.recipes.loader import LoadedRecipe
 
 REPOSITORY_PREFIX = "vllm-factory"
@@ -22,11 +23,15 @@ TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 def slug(loaded: LoadedRecipe, model_id: str) -> str:
     """The recipe's own slug, else the last part of the served model's id; lower-cased, then checked."""
     given = loaded.recipe.meta.slug
-    candidate = (given or model_id.split("/")[-1]).lower()
-    if not PATH_COMPONENT.match(candidate):
+    written = given or model_id.split("/")[-1]
+    candidate = identity(written)
+    # Checked as written, before lower-casing: a Kelvin sign lower-cases to "k" and so to another recipe's
+    # slug; only ASCII capitals fold.
+    if not written.isascii() or not PATH_COMPONENT.fullmatch(candidate) or len(candidate) > MAX_NAME:
         field = "meta.slug" if given else "model.model_id"
         raise InputError(
-            "not usable as an image name: lower-case letters and digits, joined by single '.', '_' or '-'",
+            "not usable as an image name: lower-case letters and digits, joined by single '.', '_' or '-',"
+            f" at most {MAX_NAME} characters",
             file=loaded.path,
             field=field,
             value=given or model_id,
@@ -41,7 +46,7 @@ def repository(image_slug: str) -> str:
 def tag(vllm_version: str | None, hardware: str, variant: str, loaded: LoadedRecipe | None = None) -> str:
     """vllm<version>-<hardware>-<variant>; `vllm-unresolved-...` until a version is known."""
     text = f"vllm{vllm_version or '-unresolved'}-{hardware}-{variant}"
-    if not TAG.match(text):
+    if not TAG.fullmatch(text):
         raise InputError(
             "this variant name cannot be part of an image tag (letters, digits, '_', '.', '-')",
             file=loaded.path if loaded else None,

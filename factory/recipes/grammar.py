@@ -11,18 +11,49 @@ from typing import Any
 
 from factory.errors import InputError
 
+# A name is a path segment (255 bytes on Linux, with a hardware id beside it) and a Docker tag part (128).
+MAX_NAME = 128
+# Every grammar is matched whole (`fullmatch`): `$` also matches before a final newline, which let a name
+# ending in "\n" through (issue 18). Classes are ASCII only, so a look-alike (a Kelvin sign that lower-cases
+# to "k") never passes for a letter.
 # A name that becomes a path segment, a tag part or a compose project part: no separators, no dot-only names.
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 # A Hugging Face repository id (org/name), or an absolute path to a checkpoint on the host.
-MODEL_ID = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9._-]*/)?[A-Za-z0-9][A-Za-z0-9._-]*$|^/[A-Za-z0-9._/-]+$")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+MODEL_ID = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9._-]*/)?[A-Za-z0-9][A-Za-z0-9._-]*|/[A-Za-z0-9._/-]+")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# C0, DEL, C1 and the Unicode line and paragraph separators: each ends a line or a comment for some reader
+# of the generated files (YAML ends a comment at U+2028 too).
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# Page text and shell snippets the factory reads but never writes into a generated file: they may span lines.
+PROSE = frozenset({"description", "guide", "command", "install", "curl", "note"})
+PROSE_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")  # newline and tab allowed
+# The longest value that may reach a generated file (a flag, an environment value, a name): far above any
+# upstream value (170 characters), far below the 65,535-byte line Docker's Dockerfile parser refuses.
+MAX_VALUE = 4096
+# All flags and environment values of one file together: the image's CMD is one Dockerfile line holding a
+# command made of them (upstream's largest recipe has 3,273 characters of them).
+MAX_COMMAND = 32 * 1024
+MAX_PROSE = 256 * 1024
+# Ports and counts the factory passes on: a port as TCP knows it, a parallel size no machine exceeds.
+PORT_FLAGS = frozenset({"--port"})
+COUNT_FLAGS = frozenset(
+    {"--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp", "--data-parallel-size", "-dp"}
+)
+MAX_COUNT = 4096
+
+
+def identity(name: str) -> str:
+    """The one normalisation names are compared under (slugs, recipe and model ids, a name typed on the
+    command line): ASCII capitals fold, nothing else does. `str.lower` alone would fold a Kelvin sign to
+    "k", so a name nobody can write in a recipe would reach a recipe that exists."""
+    return name.lower() if name.isascii() else name
 
 
 def check_name(value: str, path: Path, field: str, what: str) -> None:
-    if not NAME.match(value) or set(value) == {"."}:
+    if not NAME.fullmatch(value) or set(value) == {"."} or len(value) > MAX_NAME:
         raise InputError(
-            f"not a usable {what}: letters, digits, '_', '.' and '-', starting with a letter or digit",
+            f"not a usable {what}: letters, digits, '_', '.' and '-', starting with a letter or digit,"
+            f" at most {MAX_NAME} characters",
             file=path,
             field=field,
             value=value,
@@ -30,7 +61,7 @@ def check_name(value: str, path: Path, field: str, what: str) -> None:
 
 
 def check_model_id(value: str, path: Path, field: str) -> None:
-    if not MODEL_ID.match(value) or "/../" in f"{value}/" or value.startswith("../"):
+    if not MODEL_ID.fullmatch(value) or "/../" in f"{value}/" or value.startswith("../"):
         raise InputError(
             "not a model id: <org>/<name> of letters, digits, '.', '_' and '-' (or an absolute path)",
             file=path,
@@ -40,37 +71,90 @@ def check_model_id(value: str, path: Path, field: str) -> None:
 
 
 def check_values(data: Any, path: Path, prefix: str = "") -> None:
-    """Every flag list and environment map anywhere in the recipe: no control characters (a newline would
-    add a line to a generated file), no whitespace in a flag's name, environment names as the shell knows
-    them."""
+    """Every string anywhere in the recipe, keys included: no control characters (a newline would add a line
+    to a generated file; page text and shell snippets may span lines), no value too long for a Dockerfile
+    line. Every flag list: no whitespace in a flag's name, ports and parallel sizes in range. Every
+    environment map: names as the shell knows them."""
+    command, over = 0, ""
     for field, value in _walk(data, prefix):
         leaf = field.rsplit(".", 1)[-1].split("[", 1)[0]
-        if leaf.endswith("args") and isinstance(value, str):
-            if CONTROL.search(value):
-                raise InputError(
-                    "a control character in a flag (a newline?)", file=path, field=field, value=value
-                )
-            if value.startswith("-") and re.search(r"\s", value.split("=", 1)[0]):
-                raise InputError("whitespace in a flag's name", file=path, field=field, value=value)
+        if isinstance(value, str):
+            _check_text(value, path, field, prose=leaf in PROSE)
+        if leaf.endswith("args") and isinstance(value, list):
+            _check_flags(value, path, field)
+            command += sum(len(str(flag)) + 4 for flag in value)  # quoted, comma, space
         if leaf.endswith("env") and isinstance(value, dict):
-            for name, text in value.items():
-                if not ENV_NAME.match(str(name)):
-                    raise InputError(
-                        "not an environment variable name: letters, digits and '_', not first a digit",
-                        file=path,
-                        field=f"{field}.{name}",
-                        value=name,
-                    )
-                if CONTROL.search(str(text)):
-                    raise InputError(
-                        "a control character in a value", file=path, field=f"{field}.{name}", value=text
-                    )
+            _check_env_names(value, path, field)
+            command += sum(len(str(name)) + len(str(text)) + 4 for name, text in value.items())
+        if command > MAX_COMMAND and not over:
+            over = field  # reported once every single value passed (a too long one is named as such)
+    if over:
+        raise InputError(
+            f"the flags and environment values add up to {command} characters: at most {MAX_COMMAND} in"
+            " one file (the image's command is one Dockerfile line)",
+            file=path,
+            field=over,
+        )
+
+
+def _check_env_names(env: dict[Any, Any], path: Path, field: str) -> None:
+    for name in env:
+        if not ENV_NAME.fullmatch(str(name)):
+            raise InputError(
+                "not an environment variable name: letters, digits and '_', not first a digit",
+                file=path,
+                field=f"{field}.{name}",
+                value=name,
+            )
+
+
+def _check_text(value: str, path: Path, field: str, prose: bool) -> None:
+    control = (PROSE_CONTROL if prose else CONTROL).search(value)
+    if control:
+        raise InputError(
+            f"a control character ({control.group()!r}) in a value: it would end a line of a generated file",
+            file=path,
+            field=field,
+            value=value,
+        )
+    limit = MAX_PROSE if prose else MAX_VALUE
+    if len(value) > limit:
+        raise InputError(
+            f"a value of {len(value)} characters: at most {limit} here", file=path, field=field, value=value
+        )
+
+
+def _check_flags(flags: list[Any], path: Path, field: str) -> None:
+    for index, flag in enumerate(flags):
+        if not isinstance(flag, str):
+            continue
+        where = f"{field}[{index}]"
+        if flag.startswith("-") and re.search(r"\s", flag.split("=", 1)[0]):
+            raise InputError("whitespace in a flag's name", file=path, field=where, value=flag)
+        name, equals, given = flag.partition("=")
+        if not equals:
+            following = flags[index + 1] if index + 1 < len(flags) else None
+            given = following if isinstance(following, str) else ""
+        if name in PORT_FLAGS:
+            _in_range(given, 1, 65535, path, where, f"a port for {name}")
+        elif name in COUNT_FLAGS:
+            _in_range(given, 1, MAX_COUNT, path, where, f"a count for {name}")
+
+
+def _in_range(text: str, low: int, high: int, path: Path, field: str, what: str) -> None:
+    """A number the flag takes, when it is written as one (a placeholder such as `$PORT` is left alone)."""
+    if not re.fullmatch(r"[+-]?[0-9]+", text.strip()):
+        return
+    if not low <= int(text) <= high:
+        raise InputError(f"not {what}: {low}..{high}", file=path, field=field, value=text)
 
 
 def _walk(data: Any, prefix: str) -> Iterator[tuple[str, Any]]:
     if isinstance(data, dict):
         for key, value in data.items():
             field = f"{prefix}.{key}" if prefix else str(key)
+            if isinstance(key, str):
+                yield field, key
             yield field, value
             yield from _walk(value, field)
     elif isinstance(data, list):

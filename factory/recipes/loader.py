@@ -7,12 +7,14 @@ that recipe's problem, and every other recipe loads as usual.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+import stat
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from factory.errors import FactoryError, InputError
-from factory.recipes.grammar import check_model_id, check_name, check_values
+from factory.recipes.grammar import check_model_id, check_name, check_values, identity
 from factory.recipes.schema import NOT_USED, InstallSection, Recipe
 from factory.recipes.tree_schema import KvStore, Strategy, Taxonomy
 from factory.yamlfile import load_model
@@ -57,17 +59,42 @@ class RecipeTree:
 
     def recipe(self, name: str) -> LoadedRecipe:
         """A recipe by its id (<org>/<name>), its model_id or a variant's model_id; case does not matter."""
-        wanted = name.lower()
-        for loaded in self.recipes.values():
-            ids = {loaded.recipe_id, loaded.model_id}
-            ids |= {v.model_id for v in loaded.recipe.variants.values() if v.model_id}
-            if wanted in {i.lower() for i in ids}:
-                return loaded
+        return self.lookup(name)[0]
+
+    def lookup(self, name: str) -> tuple[LoadedRecipe, str | None]:
+        """The recipe a name means, and the variant it names (when it is a variant's model id). Looked up
+        as a recipe id, then a model id, then a variant's model id: the first level that matches decides,
+        and one that matches several recipes is refused with them (a name that differs only in case must
+        not take another recipe's place)."""
+        wanted = identity(name)
         for problem in self.problems:
-            if problem.recipe_id.lower() == wanted:
+            if identity(problem.recipe_id) == wanted:
                 raise InputError(
                     f"this recipe could not be read:\n{problem.error}", field="MODEL", value=name
                 )
+        recipes = self.recipes.values()
+        levels: list[list[tuple[LoadedRecipe, str | None]]] = [
+            [(loaded, None) for loaded in recipes if identity(loaded.recipe_id) == wanted],
+            [(loaded, None) for loaded in recipes if identity(loaded.model_id) == wanted],
+            [
+                (loaded, variant)
+                for loaded in recipes
+                for variant, spec in loaded.recipe.variants.items()
+                if spec.model_id and identity(spec.model_id) == wanted
+            ],
+        ]
+        for matches in levels:
+            found = {loaded.recipe_id: loaded for loaded, _ in matches}
+            if len(found) > 1:
+                raise InputError(
+                    "this name matches more than one recipe: name one by its id",
+                    field="MODEL",
+                    value=name,
+                    valid=found,
+                )
+            if found:
+                variants = {variant for _, variant in matches}
+                return matches[0][0], variants.pop() if len(variants) == 1 else None
         raise InputError("no recipe for this model", field="MODEL", value=name, valid=self.recipes.keys())
 
 
@@ -79,7 +106,12 @@ def load_tree(root: Path) -> RecipeTree:
             file=root,
             hint="expected models/<org>/<name>.yaml, strategies/*.yaml and taxonomy.yaml",
         )
+    shared = [taxonomy_path, *(root / "strategies").glob("*.yaml"), *(root / "kv_store").glob("*.yaml")]
+    for path in shared:
+        if path.is_symlink():
+            raise InputError("a symlink: the tree's files are read from inside the tree only", file=path)
     taxonomy = load_model(Taxonomy, taxonomy_path)
+    check_values(taxonomy.model_dump(), taxonomy_path)
     for profile in taxonomy.hardware_profiles:
         check_name(profile, taxonomy_path, f"hardware_profiles.{profile}", "hardware profile id")
     strategies: dict[str, Strategy] = {}
@@ -95,11 +127,12 @@ def load_tree(root: Path) -> RecipeTree:
                 valid=[path.stem],
             )
         check_name(strategy.name, path, "name", "strategy name")
+        check_values(strategy.model_dump(), path)  # its display name heads every compose file of it
         strategies[strategy.name] = strategy
         strategy_paths[strategy.name] = path
     kv_stores = {path.stem: load_model(KvStore, path) for path in sorted((root / "kv_store").glob("*.yaml"))}
     tree = RecipeTree(root, taxonomy, strategies, strategy_paths, kv_stores)
-    for path in sorted((root / "models").glob("*/*.yaml")):
+    for path in sorted(recipe_paths(root)):  # the order a glob gave: the bake file and lock digest keep it
         recipe_id = f"{path.parent.name}/{path.stem}"
         try:
             loaded = _load_recipe(path, recipe_id, tree)
@@ -107,14 +140,105 @@ def load_tree(root: Path) -> RecipeTree:
             tree.problems.append(RecipeProblem(path, recipe_id, exc))
             continue
         tree.recipes[recipe_id] = loaded
+    _refuse_shared_slugs(tree)
     return tree
 
 
+def recipe_paths(root: Path) -> list[Path]:
+    """Every models/<org>/<name>.yaml entry, whatever it is (a link, a folder): loading says what is wrong
+    with one. Links are listed, never followed: an org folder that is a link is one entry of its own."""
+    models = root / "models"
+    if models.is_symlink():
+        raise InputError("models/ is a symlink: recipes are read from inside the tree only", file=models)
+    found = []
+    for org in _entries(models):
+        if org.is_symlink():
+            found.append(org / "(symlinked folder).yaml")
+        elif org.is_dir():
+            found += [path for path in _entries(org) if path.name.endswith(".yaml")]
+    return found
+
+
+def _entries(folder: Path) -> Iterator[Path]:
+    try:
+        entries = sorted(folder.iterdir())
+    except OSError:  # absent or not a folder: no recipes there
+        return
+    yield from (entry for entry in entries if not entry.name.startswith("."))
+
+
+def _check_file(path: Path) -> None:
+    """A recipe is a regular file inside the tree under a usable name: no link (it may point anywhere on
+    the build host), no folder or device (one line, not a traceback), no name that would put a line break
+    or a separator into the header of every file generated from it."""
+    if path.parent.is_symlink():
+        raise InputError(
+            "the org folder is a symlink: recipes are read from inside the tree only", file=path.parent
+        )
+    check_name(path.parent.name, path, "(org folder name)", "org folder name")
+    check_name(path.stem, path, "(file name)", "recipe file name")
+    mode = path.lstat().st_mode
+    if stat.S_ISLNK(mode):
+        raise InputError("a symlink: recipes are read from inside the tree only", file=path)
+    if not stat.S_ISREG(mode):
+        raise InputError("not a regular file (a folder named .yaml?)", file=path)
+
+
+def _bundled_folder(path: Path) -> Path | None:
+    """The model folder shipped beside a recipe, checked: it is copied into an image anyone who pulls it can
+    read, so a link in it (to a system file, to the factory's own environment) is refused with its path."""
+    folder = path.with_suffix("")
+    if folder.is_symlink():
+        raise InputError("the bundled model folder is a symlink: refusing to copy through it", file=folder)
+    if not folder.is_dir():
+        return None
+    for parent, folders, files in os.walk(folder):
+        for name in [*folders, *files]:
+            entry = Path(parent) / name
+            mode = entry.lstat().st_mode
+            if stat.S_ISLNK(mode):
+                raise InputError("a symlink in the bundled model folder: refusing to copy it", file=entry)
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                raise InputError("not a regular file in the bundled model folder", file=entry)
+    return folder
+
+
+def _refuse_shared_slugs(tree: RecipeTree) -> None:
+    """Two recipes whose images would share a repository overwrite each other's files: both are refused,
+    each naming the other (their earlier files are kept, as for any recipe that turned bad)."""
+    claims: dict[str, list[LoadedRecipe]] = {}
+    for loaded in tree.recipes.values():
+        for slug in _slugs(loaded):
+            claims.setdefault(slug, []).append(loaded)
+    for slug, claimants in sorted(claims.items()):
+        if len(claimants) < 2:
+            continue
+        files = [str(loaded.path) for loaded in claimants]
+        for loaded in claimants:
+            if tree.recipes.pop(loaded.recipe_id, None) is None:
+                continue  # already refused for another slug
+            error = InputError(
+                f"{len(claimants)} recipes claim the image name {slug!r}: {', '.join(files)}",
+                file=loaded.path,
+                field="meta.slug",
+                value=loaded.recipe.meta.slug,
+                hint="give each recipe a meta.slug of its own",
+            )
+            tree.problems.append(RecipeProblem(loaded.path, loaded.recipe_id, error))
+
+
+def _slugs(loaded: LoadedRecipe) -> set[str]:
+    """The image names a recipe's variants take (as factory.plan.naming makes them), compared as one."""
+    given = loaded.recipe.meta.slug
+    models = {variant.model_id or loaded.model_id for variant in loaded.recipe.variants.values()}
+    return {identity(given or model.split("/")[-1]) for model in models}
+
+
 def _load_recipe(path: Path, recipe_id: str, tree: RecipeTree) -> LoadedRecipe:
+    _check_file(path)
     recipe = load_model(Recipe, path)
     check_references(recipe, path, tree)
-    bundled = path.with_suffix("")
-    return LoadedRecipe(recipe, path, recipe_id, bundled if bundled.is_dir() else None, unused(recipe, tree))
+    return LoadedRecipe(recipe, path, recipe_id, _bundled_folder(path), unused(recipe, tree))
 
 
 def unused(recipe: Recipe, tree: RecipeTree) -> tuple[str, ...]:
@@ -155,6 +279,8 @@ def check_references(recipe: Recipe, path: Path, tree: RecipeTree) -> None:
     if not recipe.variants:
         raise InputError("a recipe needs at least one variant", file=path, field="variants")
     check_model_id(recipe.model.model_id, path, "model.model_id")
+    if recipe.meta.slug is not None:
+        check_name(recipe.meta.slug, path, "meta.slug", "slug")
     for name, variant in recipe.variants.items():
         check_name(name, path, f"variants.{name}", "variant name")
         if variant.model_id:

@@ -13,13 +13,13 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from factory.models_base import Open, Strict
+from factory.models_base import Count, Open, Port, Strict
 
 # An environment value as YAML writes it: a string, or a number the shell sees as its text.
 EnvValue = str | int | float | bool
 Env = dict[str, EnvValue]
 # A value given once, or per hardware: keyed by exact GPU id, generation, brand (lower case) or `default`.
-HardwareKeyedInt = int | dict[str, int]
+HardwareKeyedInt = Count | dict[str, Count]
 
 
 class ArgsAndEnv(Strict):
@@ -177,7 +177,7 @@ class PdRoleOverride(Strict):
 
     nodes: HardwareKeyedInt | None = None
     parallelism: Literal["tp", "tep", "dep"] | None = None
-    tp: int | None = None
+    tp: Count | None = None
     parallel_flag: str | None = None
     vllm_args: list[str] = []
     extra_args: list[str] = []
@@ -186,7 +186,7 @@ class PdRoleOverride(Strict):
 
 
 class RouterOverride(Strict):
-    intra_node_data_parallel_size: int | None = None
+    intra_node_data_parallel_size: Count | None = None
 
 
 class StrategyOverride(Strict):
@@ -232,7 +232,7 @@ class Omni(Strict):
     """vllm-omni serving: one `vllm serve --omni` per task (t2i, i2v, ...)."""
 
     serve_binary: str | None = None
-    port: int | None = None
+    port: Port | None = None
     task_label: str | None = None
     task_hint: str | None = None
     tasks: list[str | OmniTask] = []
@@ -248,7 +248,7 @@ class Recipe(Strict):
     variants: dict[str, Variant]
     compatible_strategies: list[str] = []
     default_strategy: str | None = None
-    strategy_min_gpus: int | dict[str, int | dict[str, int]] | None = None
+    strategy_min_gpus: Count | dict[str, Count | dict[str, Count]] | None = None
     strategy_hardware: dict[str, dict[str, Literal["supported", "unsupported"]]] = {}
     kv_cache_strategy_hardware: dict[str, dict[str, Literal["supported", "unsupported"]]] = {}
     kv_offload_support: dict[str, Literal["verified", "unsupported"]] = {}

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from factory.models_base import Open, Strict
+from factory.models_base import Count, Open, Strict
 from factory.recipes.schema import Env
 
 
 class HardwareMatch(Open):
-    min_gpus: int = 1
-    max_gpus: int | None = None
+    min_gpus: Count = 1
+    max_gpus: Count | None = None
     multi_node: bool = False
     architecture: str | None = None
 
@@ -21,7 +21,7 @@ class PdRole(Strict):
     vllm_args: list[str] = []
     env: Env = {}
     parallelism: Literal["tp", "tep", "dep"] | None = None
-    tp: int | None = None
+    tp: Count | None = None
     parallel_flag: str | None = None
 
 

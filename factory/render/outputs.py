@@ -3,6 +3,7 @@ and the bake file over all images."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -34,12 +35,18 @@ def image_support_file(name: str) -> bytes:
 
 
 def bundled_model_files(folder: Path | None) -> dict[str, bytes]:
-    """The model files an image carries (the tiny self-test model), by path inside its folder."""
-    if folder is None:
+    """The model files an image carries (the tiny self-test model), by path inside its folder. Links are
+    never followed (the loader refuses them; a link made since is left out, not read): whatever is copied
+    here ends in a layer anyone who pulls the image can read."""
+    if folder is None or folder.is_symlink():
         return {}
-    return {
-        p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
-    }
+    found = {}
+    for parent, _, names in os.walk(folder):
+        for name in names:
+            path = Path(parent) / name
+            if not path.is_symlink() and path.is_file():
+                found[path.relative_to(folder).as_posix()] = path.read_bytes()
+    return dict(sorted(found.items()))
 
 
 def image_outputs(

@@ -18,12 +18,13 @@ from factory.catalog.schema import Server
 from factory.image_paths import TEMPLATE_GLOBALS
 from factory.plan.models import ImageSpec, image_labels
 
-_PLAIN = re.compile(r'^[^"\\\x00-\x1f\x7f-\uffff]*$')
+# Matched whole: with `$`, a value ending in a newline took the fast path and wrote a raw line break.
+_PLAIN = re.compile(r'[^"\\\x00-\x1f\x7f-\U0010ffff]*')
 
 
 def json_string(value: object) -> str:
     """JSON for a value; plain strings take a fast path (the corpus renders hundreds of thousands)."""
-    if isinstance(value, str) and _PLAIN.match(value):
+    if isinstance(value, str) and _PLAIN.fullmatch(value):
         return f'"{value}"'
     return json.dumps(value, ensure_ascii=False)
 
