@@ -39,6 +39,7 @@ class Blueprint:
     compose_files: tuple[OutputFile, ...]  # every deployment's files under compose/
     findings: tuple[Finding, ...]
     notes: tuple[str, ...]  # what the recipe sets that the factory does not use, with why
+    ignored: tuple[str, ...] = ()  # the recipe's keys the site does not read (factory.recipes.ignored)
     # The vLLM version the deviation rules were judged by (the lock's, else the recipe's floor)
     judged: JudgedVersion = _NOT_JUDGED
 
@@ -198,6 +199,7 @@ def finish(
         compose_files=tuple(file for d in deployments for file in compose_outputs(d, server)),
         findings=tuple(preflight(project, image, [role for d in deployments for role in d.roles])),
         notes=loaded.notes,
+        ignored=tuple(key.field for key in loaded.ignored),
         judged=judged,
     )
 

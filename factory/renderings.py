@@ -41,6 +41,7 @@ def rendering(blueprint: Blueprint, deployment: Deployment) -> dict[str, Any]:
     else:
         found["env"] = vllm_roles[0].env
         found["argv"] = vllm_roles[0].argv
+    found["ignored"] = list(blueprint.ignored)
     found["deviations"] = [
         {"flag": d.flag, "reason": d.reason, "edits": [edit.model_dump() for edit in d.edits]}
         for d in deployment.deviations

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from factory.errors import FactoryError, InputError
 from factory.recipes.grammar import check_model_id, check_name, check_values
+from factory.recipes.ignored import IgnoredKey, ignored_keys, known_data, refuse
 from factory.recipes.schema import NOT_USED, InstallSection, Recipe
 from factory.recipes.tree_schema import KvStore, Strategy, Taxonomy
 from factory.yamlfile import load_model
@@ -27,6 +28,7 @@ class LoadedRecipe:
     # (config and tokenizer of a tiny test model); the image copies them in and serves that folder.
     bundled_model_dir: Path | None
     notes: tuple[str, ...] = ()  # what the recipe says that the factory does not use, and why
+    ignored: tuple[IgnoredKey, ...] = ()  # keys the site does not read either (factory.recipes.ignored)
 
     @property
     def model_id(self) -> str:
@@ -71,7 +73,8 @@ class RecipeTree:
         raise InputError("no recipe for this model", field="MODEL", value=name, valid=self.recipes.keys())
 
 
-def load_tree(root: Path) -> RecipeTree:
+def load_tree(root: Path, strict: bool = False) -> RecipeTree:
+    """The tree at `root`; with `strict`, a recipe with a key the site would ignore is refused."""
     taxonomy_path = root / "taxonomy.yaml"
     if not taxonomy_path.is_file():
         raise InputError(
@@ -102,7 +105,7 @@ def load_tree(root: Path) -> RecipeTree:
     for path in sorted((root / "models").glob("*/*.yaml")):
         recipe_id = f"{path.parent.name}/{path.stem}"
         try:
-            loaded = _load_recipe(path, recipe_id, tree)
+            loaded = _load_recipe(path, recipe_id, tree, strict)
         except FactoryError as exc:
             tree.problems.append(RecipeProblem(path, recipe_id, exc))
             continue
@@ -110,11 +113,15 @@ def load_tree(root: Path) -> RecipeTree:
     return tree
 
 
-def _load_recipe(path: Path, recipe_id: str, tree: RecipeTree) -> LoadedRecipe:
+def _load_recipe(path: Path, recipe_id: str, tree: RecipeTree, strict: bool) -> LoadedRecipe:
     recipe = load_model(Recipe, path)
+    ignored = ignored_keys(recipe, hardware_keys(tree.taxonomy))
+    if strict:
+        refuse(ignored, path)
     check_references(recipe, path, tree)
     bundled = path.with_suffix("")
-    return LoadedRecipe(recipe, path, recipe_id, bundled if bundled.is_dir() else None, unused(recipe, tree))
+    notes = unused(recipe, tree) + tuple(key.line() for key in ignored)
+    return LoadedRecipe(recipe, path, recipe_id, bundled if bundled.is_dir() else None, notes, ignored)
 
 
 def unused(recipe: Recipe, tree: RecipeTree) -> tuple[str, ...]:
@@ -151,7 +158,6 @@ def check_references(recipe: Recipe, path: Path, tree: RecipeTree) -> None:
     """Every name a recipe uses must exist: strategies, hardware keys, features, variants, modes."""
     strategies = set(tree.strategies)
     profiles = set(tree.taxonomy.hardware_profiles)
-    keys = hardware_keys(tree.taxonomy)
     if not recipe.variants:
         raise InputError("a recipe needs at least one variant", file=path, field="variants")
     check_model_id(recipe.model.model_id, path, "model.model_id")
@@ -159,27 +165,17 @@ def check_references(recipe: Recipe, path: Path, tree: RecipeTree) -> None:
         check_name(name, path, f"variants.{name}", "variant name")
         if variant.model_id:
             check_model_id(variant.model_id, path, f"variants.{name}.model_id")
-    check_values(recipe.model_dump(), path)
+    check_values(known_data(recipe), path)  # ignored keys are in no command: their values are not checked
     _each_known(recipe.compatible_strategies, strategies, path, "compatible_strategies", "strategy")
     _each_known(recipe.strategy_overrides, strategies, path, "strategy_overrides", "strategy")
     _each_known(recipe.strategy_hardware, strategies, path, "strategy_hardware", "strategy")
     if recipe.default_strategy:
         _each_known([recipe.default_strategy], strategies, path, "default_strategy", "strategy")
-    _each_known(recipe.hardware_overrides, keys, path, "hardware_overrides", "hardware, brand or generation")
-    for name, overrides in recipe.strategy_hardware.items():
-        _each_known(overrides, keys | {"default"}, path, f"strategy_hardware.{name}", "hardware key")
-    for name, override in recipe.strategy_overrides.items():
-        where = f"strategy_overrides.{name}"
-        _each_known(override.hardware_overrides, keys, path, f"{where}.hardware_overrides", "hardware key")
-        if isinstance(override.tp, dict):
-            _each_known(override.tp, keys | {"default"}, path, f"{where}.tp", "hardware key")
+    # A per-hardware key that names no hardware is ignored, as the site ignores it (factory.recipes.ignored).
     for name, variant in recipe.variants.items():
         where = f"variants.{name}"
-        _each_known(variant.hardware_overrides, keys, path, f"{where}.hardware_overrides", "hardware key")
         _each_known(variant.supported_hardware, profiles, path, f"{where}.supported_hardware", "hardware")
         _each_known(variant.default_modes, set(recipe.features), path, f"{where}.default_modes", "feature")
-        if isinstance(variant.tp, dict):
-            _each_known(variant.tp, keys | {"default"}, path, f"{where}.tp", "hardware key")
     _each_known(recipe.opt_in_features, set(recipe.features), path, "opt_in_features", "feature")
     for hardware, names in recipe.hardware_opt_in_features.items():
         _each_known(names, set(recipe.features), path, f"hardware_opt_in_features.{hardware}", "feature")
