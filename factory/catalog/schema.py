@@ -152,6 +152,8 @@ class DeviationRule(Strict):
     # Appended (the flag and its value) unless the command already has `flag`; {bind_address} is the address
     # the process must listen on: its own node's for a PD pool (the router calls it), else $BIND_ADDRESS.
     add: list[str] = []
+    # Split an entry holding a flag and its value (`--max-model-len auto`) into the two words it is.
+    split_flag_and_value: bool = False
     # The flag's value -> its replacement ({context_length} is the model's), or null to drop the flag.
     replace_values: dict[str, str | None] = {}
     # A PEP 440 specifier: only for these vLLM versions. With no readable version (a `nightly` image, no

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from factory.catalog.schema import DeviationRule
 from factory.plan.models import Deviation, FlagEdit
+from factory.recipes.grammar import FLAG_AND_VALUE
 from factory.synthesis.args import units
 
 
@@ -31,17 +32,36 @@ def apply(
     values = _values(result)
     applied: list[Deviation] = []
     for rule in rules:
-        changed = _apply_one(rule, result, values, process)
+        changed = (
+            _split(result, process)
+            if rule.split_flag_and_value
+            else _apply_one(rule, result, values, process)
+        )
         if changed is not None:
-            result, edit = changed
+            result, edits = changed
             values = _values(result)
-            applied.append(_deviation(rule, edit))
+            applied.append(_deviation(rule, edits))
     return result, applied
 
 
-def _deviation(rule: DeviationRule, edit: FlagEdit) -> Deviation:
+def _deviation(rule: DeviationRule, edits: list[FlagEdit]) -> Deviation:
     source = f" (source: {'; '.join(rule.sources)})" if rule.sources else ""
-    return Deviation(flag=rule.flag, reason=" ".join(rule.reason.split()) + source, edits=[edit])
+    return Deviation(flag=rule.flag, reason=" ".join(rule.reason.split()) + source, edits=edits)
+
+
+def _split(args: list[str], process: Process) -> tuple[list[str], list[FlagEdit]] | None:
+    """Each `--flag value` entry as the two words the page's shell reads."""
+    flags: list[str] = []
+    edits: list[FlagEdit] = []
+    for token in args:
+        match = FLAG_AND_VALUE.match(token)
+        if match is None:
+            flags.append(token)
+            continue
+        words = [match.group("flag"), match.group("value")]
+        flags += words
+        edits.append(FlagEdit(process=process.path, before=[token], after=words))
+    return (flags, edits) if edits else None
 
 
 def _values(args: list[str]) -> dict[str, str | None]:
@@ -51,7 +71,7 @@ def _values(args: list[str]) -> dict[str, str | None]:
 
 def _apply_one(
     rule: DeviationRule, args: list[str], values: dict[str, str | None], process: Process
-) -> tuple[list[str], FlagEdit] | None:
+) -> tuple[list[str], list[FlagEdit]] | None:
     """The flags after this rule and the edit it made, or None when it does not match."""
     matches = (
         rule.applies_to(process.version)
@@ -64,7 +84,7 @@ def _apply_one(
         return None
     if rule.add and rule.flag not in values:
         added = [token.format(bind_address=process.bind_address) for token in rule.add]
-        return [*args, *added], FlagEdit(process=process.path, before=[], after=added)
+        return [*args, *added], [FlagEdit(process=process.path, before=[], after=added)]
     value = values.get(rule.flag)
     if value is None or value not in rule.replace_values:
         return None
@@ -73,4 +93,4 @@ def _apply_one(
         return None  # nothing to put in its place: the parser check will judge the value as it is
     after = [] if template is None else [rule.flag, template.format(context_length=process.context_length)]
     flags = [token for unit in units(args) for token in (after if unit.flag == rule.flag else unit.tokens())]
-    return flags, FlagEdit(process=process.path, before=[rule.flag, value], after=after)
+    return flags, [FlagEdit(process=process.path, before=[rule.flag, value], after=after)]

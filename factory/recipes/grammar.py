@@ -17,6 +17,9 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 MODEL_ID = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9._-]*/)?[A-Za-z0-9][A-Za-z0-9._-]*$|^/[A-Za-z0-9._/-]+$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# `--max-model-len auto` in one entry: a flag and one value that does not start with `-`, as the page's shell
+# reads it (two words). The site's argv keeps it as one token; a deviation rule splits it in two.
+FLAG_AND_VALUE = re.compile(r"^(?P<flag>--?[A-Za-z0-9][A-Za-z0-9_.-]*) (?P<value>[^\s-]\S*)$")
 
 
 def check_name(value: str, path: Path, field: str, what: str) -> None:
@@ -50,7 +53,8 @@ def check_values(data: Any, path: Path, prefix: str = "") -> None:
                 raise InputError(
                     "a control character in a flag (a newline?)", file=path, field=field, value=value
                 )
-            if value.startswith("-") and re.search(r"\s", value.split("=", 1)[0]):
+            flag_name = value.split("=", 1)[0]
+            if value.startswith("-") and re.search(r"\s", flag_name) and not FLAG_AND_VALUE.match(value):
                 raise InputError("whitespace in a flag's name", file=path, field=field, value=value)
         if leaf.endswith("env") and isinstance(value, dict):
             for name, text in value.items():
