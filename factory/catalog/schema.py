@@ -175,7 +175,7 @@ class Catalog(Strict):
     installs: dict[str, Install]
     hardware: dict[str, Hardware]
     known_bad: dict[str, list[KnownBadPin]] = {}  # model_id -> versions that break it
-    # model_id -> the only hardware to build it for (the tiny self-test model is for the CPU target)
+    # recipe id (<org>/<file name>) -> the only hardware to build it for (the tiny self-test model: CPU)
     only_hardware: dict[str, list[str]] = {}
     # The recipe built for a hardware when none is named (nox -s build-<hw>, CI, the benchmark):
     # `default`, or the hardware's own entry.
