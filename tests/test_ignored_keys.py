@@ -98,3 +98,12 @@ def test_a_known_key_with_a_value_the_factory_cannot_use_still_refuses_the_recip
     assert [p.recipe_id for p in tree.problems] == ["acme/Small-8B"]
     assert "model.context_length" in str(tree.problems[0].error)
     assert "a million" in str(tree.problems[0].error)
+
+
+def test_show_lists_the_ignored_keys_of_the_recipe(tmp_path: Path) -> None:
+    tree = recipes_tree(tmp_path, {"acme/Small-8B": with_unknown_keys()})
+    result = run_factory(ROOT, "show", "acme/Small-8B", "--hardware", "h200", "--recipes", str(tree))
+    assert result.returncode == 0, result.stderr
+    listed = [line for line in result.stdout.splitlines() if "ignored, as the site ignores it" in line]
+    assert sorted(line.split(":")[0] for line in listed) == sorted(PLANTED)
+    assert any("unsupported on h200" in line for line in listed)
