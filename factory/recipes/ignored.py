@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from factory.errors import InputError
-from factory.recipes.schema import Meta, Recipe
+from factory.recipes.schema import Recipe
 
 # Names come from other people's files: shown escaped, and cut, so no key can flood or forge a line.
 MAX_NAME = 60
@@ -91,8 +91,6 @@ def known_data(model: Any) -> Any:
 
 
 def _extras(model: BaseModel, prefix: str) -> Iterator[IgnoredKey]:
-    if isinstance(model, Meta):
-        return  # page text: unknown meta keys are listed as notes (factory.recipes.loader)
     known = list(type(model).model_fields)
     for key, value in (model.model_extra or {}).items():
         field = f"{prefix}.{shown(key)}" if prefix else shown(key)

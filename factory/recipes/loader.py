@@ -128,9 +128,6 @@ def unused(recipe: Recipe, tree: RecipeTree) -> tuple[str, ...]:
     """What the recipe sets that shapes no command or image, each with why (shown by `factory show`)."""
     notes = [f"{key}: {why}" for key, why in NOT_USED.items() if _is_set(recipe, key)]
     notes += [
-        f"meta.{key}: not in the upstream schema; page text at most" for key in recipe.meta.model_extra or {}
-    ]
-    notes += [
         f"meta.hardware.{name}: no such hardware profile in the taxonomy; nothing renders for it"
         for name in recipe.meta.hardware
         if name not in tree.taxonomy.hardware_profiles

@@ -5,7 +5,7 @@ models hold every key the repository documents or its code reads. The site rende
 other keys it carries, and upstream adds keys every few weeks, so an unknown key is kept aside (never in
 a command) and listed per recipe with a "did you mean" (factory.recipes.ignored): a typo such as
 `base_arg` is a warning, and an error with `--strict`. A known key with a value the factory cannot use
-refuses the recipe. `meta` only describes the recipe page: an unknown key there is a note.
+refuses the recipe. `meta` only describes the recipe page: its unknown keys are listed the same way.
 Strategies, KV stores and the taxonomy are in factory.recipes.tree_schema.
 """
 
@@ -14,8 +14,6 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-
-from factory.models_base import Open
 
 
 class Section(BaseModel):
@@ -164,7 +162,9 @@ class ModelSection(Section):
         return str(value) if isinstance(value, int | float) else value
 
 
-class Meta(Open):
+class Meta(Section):
+    """What the recipe page shows about the model."""
+
     title: str = ""
     slug: str | None = None
     provider: str = ""
