@@ -40,7 +40,7 @@ class IgnoredKey:
         if self.suggestion:
             text += f" (did you mean {self.suggestion!r}?)"
         if self.asks:
-            text += f"; it asks {self.asks}, which is not applied"
+            text += f"; it asks {self.asks}, which is not applied, as on the site"
         return text
 
 
@@ -119,7 +119,10 @@ def _asks(key: object, value: object) -> str | None:
     if key == "hardware" and isinstance(value, dict):
         refused = sorted(shown(name) for name, state in value.items() if state == "unsupported")
         if refused:
-            return f"that it be unsupported on {', '.join(refused)} (the site reads `hardware` only on modes)"
+            where = ", ".join(refused)
+            return (
+                f"that this be unsupported on {where} (the site reads `hardware` only on a feature's modes)"
+            )
     return None
 
 
