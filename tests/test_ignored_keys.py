@@ -107,3 +107,17 @@ def test_show_lists_the_ignored_keys_of_the_recipe(tmp_path: Path) -> None:
     listed = [line for line in result.stdout.splitlines() if "ignored, as the site ignores it" in line]
     assert sorted(line.split(":")[0] for line in listed) == sorted(PLANTED)
     assert any("unsupported on h200" in line for line in listed)
+
+
+def test_an_unknown_key_in_a_strategy_file_stops_nothing_and_strict_refuses_it(tmp_path: Path) -> None:
+    tree = recipes_tree(tmp_path / "tree", {"acme/Small-8B": small_recipe()})
+    strategy = tree / "strategies" / "single_node_tp.yaml"
+    strategy.write_text(strategy.read_text() + "tooltip: shown on hover\n")
+    out = ["--recipes", str(tree), "--out", str(tmp_path / "out")]
+    result = run_factory(ROOT, "generate", *out)
+    assert result.returncode == 0, result.stderr
+    assert (
+        "ignored key in strategies/single_node_tp.yaml: tooltip: not in the recipes schema" in result.stderr
+    )
+    refused = run_factory(ROOT, "generate", "--strict", *out)
+    assert refused.returncode == 2 and "single_node_tp.yaml: tooltip" in refused.stderr, refused.stderr

@@ -15,6 +15,8 @@ def cmd_generate(project: Project, args: argparse.Namespace) -> int:
     from factory.recipes.ignored import summary as ignored_summary
 
     result = generate(project, check=args.check, nodes=args.nodes)
+    for line in project.tree.ignored:  # keys of the shared strategy files
+        warn(line)
     for loaded in project.tree.recipes.values():  # one line per recipe: --strict makes them errors
         if loaded.ignored:
             warn(ignored_summary(loaded.recipe_id, loaded.ignored))

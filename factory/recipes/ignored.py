@@ -52,10 +52,12 @@ def shown(name: object) -> str:
 
 def ignored_keys(recipe: Recipe, hardware: Iterable[str]) -> tuple[IgnoredKey, ...]:
     """Every key of the recipe the site does not read, in file order."""
-    keys = set(hardware)
-    found = list(_extras(recipe, ""))
-    found += _unknown_hardware(recipe, keys)
-    return tuple(found)
+    return extra_keys(recipe) + tuple(_unknown_hardware(recipe, set(hardware)))
+
+
+def extra_keys(model: BaseModel) -> tuple[IgnoredKey, ...]:
+    """The keys of a recipe or a strategy file that no field of the schema here reads."""
+    return tuple(_extras(model, ""))
 
 
 def refuse(ignored: tuple[IgnoredKey, ...], path: Path) -> None:

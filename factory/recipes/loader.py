@@ -13,7 +13,7 @@ from pathlib import Path
 
 from factory.errors import FactoryError, InputError
 from factory.recipes.grammar import check_model_id, check_name, check_values
-from factory.recipes.ignored import IgnoredKey, ignored_keys, known_data, refuse
+from factory.recipes.ignored import IgnoredKey, extra_keys, ignored_keys, known_data, refuse
 from factory.recipes.schema import NOT_USED, InstallSection, Recipe
 from factory.recipes.tree_schema import KvStore, Strategy, Taxonomy
 from factory.yamlfile import load_model
@@ -56,6 +56,7 @@ class RecipeTree:
     kv_stores: dict[str, KvStore] = field(default_factory=dict)
     recipes: dict[str, LoadedRecipe] = field(default_factory=dict)
     problems: list[RecipeProblem] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)  # shared files' keys the site does not read, a line each
 
     def recipe(self, name: str) -> LoadedRecipe:
         """A recipe by its id (<org>/<name>), its model_id or a variant's model_id; case does not matter."""
@@ -87,8 +88,13 @@ def load_tree(root: Path, strict: bool = False) -> RecipeTree:
         check_name(profile, taxonomy_path, f"hardware_profiles.{profile}", "hardware profile id")
     strategies: dict[str, Strategy] = {}
     strategy_paths: dict[str, Path] = {}
+    ignored: list[str] = []
     for path in sorted((root / "strategies").glob("*.yaml")):
         strategy = load_model(Strategy, path)
+        extra = extra_keys(strategy)
+        if strict:
+            refuse(extra, path)
+        ignored += [f"ignored key in strategies/{path.name}: {key.line()}" for key in extra]
         if strategy.name != path.stem:
             raise InputError(
                 "the strategy's name must match its file name",
@@ -101,7 +107,7 @@ def load_tree(root: Path, strict: bool = False) -> RecipeTree:
         strategies[strategy.name] = strategy
         strategy_paths[strategy.name] = path
     kv_stores = {path.stem: load_model(KvStore, path) for path in sorted((root / "kv_store").glob("*.yaml"))}
-    tree = RecipeTree(root, taxonomy, strategies, strategy_paths, kv_stores)
+    tree = RecipeTree(root, taxonomy, strategies, strategy_paths, kv_stores, ignored=ignored)
     for path in sorted((root / "models").glob("*/*.yaml")):
         recipe_id = f"{path.parent.name}/{path.stem}"
         try:
