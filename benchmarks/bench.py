@@ -171,7 +171,9 @@ def size_against_floor(client: docker.DockerClient, result: BuildResult) -> tupl
 def startup_overhead(plan: Blueprint) -> tuple[Figure, Figure]:
     """Probe's own overhead: when /health was seen answering, against when vLLM logged it was up."""
     image = plan.image
-    with running(image, plan.vendor, plan.server, image.default_command, "bench") as started:
+    deployment = next(d for d in plan.deployments if d.nodes == 1)
+    cache = Path(tempfile.mkdtemp(prefix="factory-bench-cache-"))
+    with running(deployment.spec(deployment.roles[0]), "bench", cache) as started:
         wrapped = started.container.get_wrapped_container()
         healthy_s = wait_healthy(started.health_url, started.name, 600, started.state, poll_s=0.1)
         seen_at = time.time()

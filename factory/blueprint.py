@@ -19,6 +19,8 @@ from factory.plan.images import locked_release, plan_image_spec, weights_of
 from factory.plan.models import Deployment, ImagePlan, Skipped
 from factory.plan.omni import plan_omni
 from factory.plan.preflight import Finding, preflight
+from factory.plan.running import process_groups
+from factory.plan.runspec import Run
 from factory.plan.versions import JudgedVersion, judged_version
 from factory.project import Project
 from factory.recipes.loader import LoadedRecipe, RecipeProblem, RecipeTree
@@ -27,6 +29,8 @@ from factory.render.outputs import OutputFile, compose_outputs
 from factory.synthesis.matrix import Combination, Refusal, combinations, hardware_for
 
 _NOT_JUDGED = JudgedVersion(None, "not judged")
+# vllm-router is its own program: a setting names its image until the factory builds one.
+ROUTER_IMAGE = "$VLLM_ROUTER_IMAGE"
 
 
 @dataclass(frozen=True)
@@ -189,14 +193,20 @@ def finish(
     server = project.catalog.server
     image, image_files = hashed_context(spec, server, loaded.bundled_model_dir)
     vendor = project.catalog.vendors[image.vendor]
-    deployments = tuple(_deployment(project, image, vendor, p) for p in planned)
+    run = Run(
+        vendor=vendor,
+        server=server,
+        gpus_per_node=image.gpus_per_node,
+        start_period_s=image.start_period_s,
+    )
+    deployments = tuple(_deployment(project, image, vendor, run, p) for p in planned)
     return Blueprint(
         image=image,
         vendor=vendor,
         server=server,
         deployments=deployments,
         image_files=tuple(image_files),
-        compose_files=tuple(file for d in deployments for file in compose_outputs(d, server)),
+        compose_files=tuple(file for d in deployments for file in compose_outputs(d)),
         findings=tuple(preflight(project, image, [role for d in deployments for role in d.roles])),
         notes=loaded.notes,
         ignored=tuple(key.field for key in loaded.ignored),
@@ -204,9 +214,20 @@ def finish(
     )
 
 
-def _deployment(project: Project, image: ImagePlan, vendor: Vendor, planned: PlannedCommands) -> Deployment:
+def _deployment(
+    project: Project, image: ImagePlan, vendor: Vendor, run: Run, planned: PlannedCommands
+) -> Deployment:
     combo = planned.combination
     strategy = project.tree.strategies.get(combo.strategy)
+    host_network = planned.deploy_type != "single_node"
+    groups = process_groups(
+        planned.roles,
+        run,
+        image=image.reference,
+        router_image=ROUTER_IMAGE,
+        host_network=host_network,
+        deployment=f"{image.slug}.{image.hardware}-{image.variant}.{combo.strategy}",
+    )
     return Deployment(
         image=image,
         strategy=combo.strategy,
@@ -214,10 +235,11 @@ def _deployment(project: Project, image: ImagePlan, vendor: Vendor, planned: Pla
         deploy_type=planned.deploy_type,
         nodes=combo.node_count,
         roles=list(planned.roles),
-        host_network=planned.deploy_type != "single_node",
+        host_network=host_network,
         vendor=vendor,
         deviations=list(planned.deviations),
         recommended=combo.recommended,
+        run=groups,
     )
 
 

@@ -5,12 +5,11 @@ the factory does not use."""
 
 from __future__ import annotations
 
-import shlex
-
 from factory.blueprint import Blueprint
-from factory.catalog.schema import Server
 from factory.plan.models import Deployment, ImagePlan, NodeRole
-from factory.plan.settings import PLACEHOLDER, known_setting, setting
+from factory.plan.settings import setting
+from factory.render import compose
+from factory.render.docker_run import run_options, shell_word
 from factory.synthesis.args import units
 
 
@@ -37,51 +36,33 @@ def install_commands(image: ImagePlan) -> list[str]:
     ]
 
 
-def _quote(arg: str) -> str:
-    """Shell-quote, but leave a whole-token $SETTING expandable, as the recipe pages print it."""
-    match = PLACEHOLDER.fullmatch(arg)
-    known = match is not None and known_setting(match.group("braced") or match.group("bare")) is not None
-    return arg if known else shlex.quote(arg)
-
-
 def _lines(words: list[str]) -> str:
     return " \\\n  ".join(words)
 
 
 def _pairs(args: list[str]) -> list[str]:
     """One flag with its value per line, as the recipe pages print them."""
-    return [" ".join(_quote(token) for token in unit.tokens()) for unit in units(args)]
+    return [" ".join(shell_word(token) for token in unit.tokens()) for unit in units(args)]
 
 
 def serve_command(role: NodeRole) -> str:
-    exports = [f"export {key}={_quote(value)}" for key, value in role.env.items()]
-    program = "vllm serve " + _quote(role.args[0]) if role.program == "vllm" else "vllm-router"
+    exports = [f"export {key}={shell_word(value)}" for key, value in role.env.items()]
+    program = "vllm serve " + shell_word(role.args[0]) if role.program == "vllm" else "vllm-router"
     rest = role.args[1:] if role.program == "vllm" else role.args
     return "\n".join([*exports, _lines([program, *_pairs(rest)])])
 
 
-def docker_run(plan: Deployment, role: NodeRole, server: Server) -> str:
-    if role.program != "vllm":
+def docker_run(plan: Deployment, role: NodeRole) -> str:
+    spec = plan.spec(role)
+    if spec.program != "vllm":
         return (
             "# the router runs outside the factory's images: pip install vllm-router, then the command above"
         )
-    port = role.port or server.port
-    network = ["--network host"] if plan.host_network else [f"-p 127.0.0.1:{port}:{port}"]
-    head = [
-        "docker run --rm",
-        *(_quote(flag) for flag in plan.vendor.docker_run_flags()),
-        "--ipc=host",
-        *network,
-        *(f"-e {key}={_quote(value)}" for key, value in role.env.items()),
-        "-v ~/.cache/huggingface:/root/.cache/huggingface",
-        "-e HF_TOKEN",
-        plan.image.reference,
-    ]
-    return _lines([" ".join(head), *_pairs(role.args)])
+    return _lines(["docker run --rm", *run_options(spec), spec.image, *_pairs(spec.argv)])
 
 
 def render_show(blueprint: Blueprint, plan: Deployment) -> str:
-    image, server = blueprint.image, blueprint.server
+    image = blueprint.image
     out = [
         f"# {image.model_id} on {image.hardware_name}",
         f"Configuration: hardware `{image.hardware}` · strategy `{plan.strategy}` ({plan.strategy_title}) · "
@@ -98,13 +79,14 @@ def render_show(blueprint: Blueprint, plan: Deployment) -> str:
             serve_command(role),
             "",
             f"## Docker{title}",
-            docker_run(plan, role, server),
+            docker_run(plan, role),
             "",
         ]
-    out += ["## Compose", *(f"{plan.directory / plan.file_name(role)}" for role in plan.roles)]
-    if plan.settings_used:
-        out += ["", f"## Settings ({plan.directory / '.env.example'})"]
-        out += [f"{name}={setting(name).default or ''}  # {setting(name).why}" for name in plan.settings_used]
+    out += ["## Compose", *(str(compose.path(plan, role)) for role in plan.roles)]
+    settings = compose.settings_used(plan)
+    if settings:
+        out += ["", f"## Settings ({compose.directory(plan) / '.env.example'})"]
+        out += [f"{name}={setting(name).default or ''}  # {setting(name).why}" for name in settings]
     if plan.deviations:
         out += ["", "## Where these commands differ from the recipes site"]
         out += [f"{d.flag}: {d.reason}" for d in plan.deviations]

@@ -16,6 +16,7 @@ import yaml
 from factory.blueprint import Blueprint
 from factory.build.builder import BuildResult, build_image
 from factory.engine import OWNER_LABEL
+from factory.plan.runspec import RunSpec
 from factory.plan.settings import setting
 from factory.project import Project
 from factory.settings import load_settings
@@ -25,6 +26,12 @@ from factory.validate.static import check_serve_args
 from tests.conftest import KIMI, ROOT, blueprint_of, run_factory
 
 pytestmark = [pytest.mark.docker, pytest.mark.e2e]
+
+
+def one_node(blueprint: Blueprint) -> RunSpec:
+    """The run spec of the image's one-node deployment: what validation starts."""
+    deployment = blueprint.deployment("single_node_tp")
+    return deployment.spec(deployment.roles[0])
 
 
 def kimi(project: Project, hardware: str) -> Blueprint:
@@ -96,7 +103,7 @@ def test_gpu_images_request_their_gpus(
 ) -> None:
     # Created, never started: the request is in the container's configuration; running it needs a GPU.
     container = docker_client.containers.create(
-        h200_built.image_id, labels={OWNER_LABEL: "test"}, **gpu_run_options(kimi(project, "h200").vendor)
+        h200_built.image_id, labels={OWNER_LABEL: "test"}, **gpu_run_options(one_node(kimi(project, "h200")))
     )
     try:
         requests = container.attrs["HostConfig"]["DeviceRequests"]
@@ -114,7 +121,7 @@ def test_amd_containers_get_the_devices_groups_and_profile_their_compose_files_n
     container = docker_client.containers.create(
         h200_built.image_id,
         labels={OWNER_LABEL: "test"},
-        **gpu_run_options(mi300x.vendor, {"RENDER_GID": "109"}),
+        **gpu_run_options(one_node(mi300x), {"RENDER_GID": "109"}),
     )
     try:
         host = container.attrs["HostConfig"]

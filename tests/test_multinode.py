@@ -4,13 +4,14 @@ rendezvous (one replica per node, the worker headless), then /health and a chat 
 the head.
 
 The generated files use host networking, as real nodes do; two "nodes" on one machine would collide
-there, so a test-only override puts each on a labelled bridge network under the hostnames `head` and
-`worker` (and gives each its own IPC namespace). Image, command and environment are the generated ones."""
+there, so a test-only override changes what validation's list of differences allows and nothing else:
+the network (a labelled bridge network, hostnames `head` and `worker`), the head's published port (on
+loopback) and labels. Image, command, environment, shared memory, capabilities and ulimits are the
+generated ones."""
 
 from __future__ import annotations
 
 import os
-import resource
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ import yaml
 
 from factory.engine import OWNER_LABEL
 from factory.tools import compose_binary
+from factory.validate.container import DIFFERENCES
 from factory.validate.probes import ContainerState, chat, check_models, wait_healthy
 from tests.conftest import ROOT, TINY
 
@@ -30,11 +32,19 @@ pytestmark = [pytest.mark.docker, pytest.mark.e2e]
 DEPLOYMENT = ROOT / "compose/tiny-random-llama/cpu-default/multi_node_tp_dp/2-nodes"
 
 
+# Each key of the override, and the difference of validation's list that allows it.
+OVERRIDE_ALLOWED_BY = {
+    "network_mode": "network",
+    "hostname": "network",
+    "networks": "network",
+    "ports": "port",
+    "labels": "labels",
+}
+
+
 def override(role: str, network: str, publish: bool) -> dict[str, Any]:
     service: dict[str, Any] = {
         "network_mode": None,  # becomes `!reset null` below
-        "ipc": None,
-        "shm_size": "2g",
         "hostname": role,
         "networks": {"nodes": {"aliases": [role]}},
         "labels": {OWNER_LABEL: "test-multinode"},
@@ -44,13 +54,16 @@ def override(role: str, network: str, publish: bool) -> dict[str, Any]:
     return {"services": {"vllm": service}, "networks": {"nodes": {"external": True, "name": network}}}
 
 
+def test_the_override_changes_only_what_validation_lists() -> None:
+    allowed = {difference.field for difference in DIFFERENCES}
+    service = override("head", "n", publish=True)["services"]["vllm"]
+    assert set(service) <= set(OVERRIDE_ALLOWED_BY)
+    assert {OVERRIDE_ALLOWED_BY[key] for key in service} <= allowed
+
+
 def write_override(path: Path, data: dict[str, Any]) -> None:
     text = yaml.safe_dump(data, sort_keys=False)
-    path.write_text(
-        text.replace("network_mode: null", "network_mode: !reset null").replace(
-            "ipc: null", "ipc: !reset null"
-        )
-    )
+    path.write_text(text.replace("network_mode: null", "network_mode: !reset null"))
 
 
 class Node:
@@ -101,8 +114,6 @@ def two_nodes(
         "IFACE_NAME": "eth0",
         "HF_CACHE": str(tmp_path / "hf"),
         "FACTORY_IMAGE": tiny_built.image,
-        # This machine's runtime may not raise locked memory past its hard limit (see the compose files).
-        "FACTORY_MEMLOCK": str(resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]),
     }
     nodes = []
     for role, file_name, publish in (
@@ -161,7 +172,8 @@ def test_two_containers_rendezvous_and_serve_through_the_head(
     answer = chat(base_url, TINY)
     assert answer.completion_tokens > 0
     worker_logs = worker_container.logs().decode(errors="replace")
-    assert worker_container.status == "running"
+    worker_container.reload()  # the status read now, not the one from before the chat
+    assert worker_container.status == "running", worker_logs[-3000:]
     assert "DP rank 1" in worker_logs or "DP1" in worker_logs or "dp_rank=1" in worker_logs, worker_logs[
         -3000:
     ]

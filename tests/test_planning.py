@@ -13,6 +13,7 @@ from factory.plan.models import Deployment, FlagEdit, ImagePlan
 from factory.plan.preflight import preflight
 from factory.project import Project, load_project
 from factory.recipes.loader import load_tree
+from factory.render import compose
 from tests.conftest import FIXTURES, KIMI, TINY, blueprint_of, recipes_tree, small_recipe
 
 SEED_HARDWARE = ["h100", "h200", "b200", "gb200", "b300", "gb300", "mi300x", "mi325x", "mi350x", "mi355x"]
@@ -116,7 +117,7 @@ def test_multi_node_flags_per_strategy_and_their_deviations(project: Project) ->
     ]  # fmt: skip
     assert all(role.serves_http for role in dep.roles), "hybrid load balancing: every node serves HTTP"
     assert dep.roles[0].env == {"GLOO_SOCKET_IFNAME": "$IFACE_NAME", "NCCL_SOCKET_IFNAME": "$IFACE_NAME"}
-    assert dep.settings_used == ["HEAD_IP", "DP_RPC_PORT", "BIND_ADDRESS", "IFACE_NAME"]
+    assert compose.settings_used(dep) == ["HEAD_IP", "DP_RPC_PORT", "BIND_ADDRESS", "IFACE_NAME"]
 
 
 def test_one_replica_per_node_for_the_cpu_two_node_deployment(project: Project) -> None:

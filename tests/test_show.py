@@ -52,7 +52,7 @@ def test_show_prints_each_nodes_command_as_the_compose_file_runs_it(project: Pro
 
 
 def _compose_form(args: list[str]) -> list[str]:
-    from factory.plan.settings import compose_value
+    from factory.render.compose import compose_value
 
     return [compose_value(arg) for arg in args]
 

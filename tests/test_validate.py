@@ -13,7 +13,9 @@ import pytest
 from factory.blueprint import Blueprint
 from factory.build.builder import BuildResult
 from factory.engine import OWNER_LABEL
+from factory.plan.runspec import RunSpec
 from factory.project import Project
+from factory.validate import checklist
 from factory.validate.container import running
 from factory.validate.probes import ProbeFailure, parse_chat, wait_healthy
 from tests.conftest import ROOT, TINY, blueprint_of, run_factory
@@ -25,20 +27,24 @@ def tiny_plan(project: Project) -> Blueprint:
     return blueprint_of(project, TINY, "cpu")
 
 
+def shipped_spec(project: Project, **changes: object) -> RunSpec:
+    """The run spec of the tiny model's one-node deployment (what validation starts), with changes."""
+    deployment = tiny_plan(project).deployment("single_node_tp")
+    return deployment.spec(deployment.roles[0]).model_copy(update=changes)
+
+
 @pytest.mark.e2e
-def test_the_cpu_image_serves_a_real_chat_completion(tiny_built: BuildResult, tiny_validation: Any) -> None:
+def test_the_cpu_image_serves_a_real_chat_completion(
+    project: Project, tiny_built: BuildResult, tiny_validation: Any
+) -> None:
     report, reports = tiny_validation
     statuses = {case.name: case.status for case in report.cases}
     assert report.fully_validated, report.cases
-    for name in (
-        "static:vllm-version",
-        "static:pinned-env",
-        "live:health",
-        "live:models",
-        "live:chat",
-        "live:deterministic",
-    ):
+    live = [probe.name for probe in checklist.chosen(tiny_plan(project).image.tasks)]
+    assert live == ["live:health", "live:models", "live:chat", "live:deterministic"]
+    for name in ("static:vllm-version", "static:pinned-env", *live):
         assert statuses[name] == "passed", name
+    assert report.started.startswith("compose/tiny-random-llama/cpu-default/single_node_tp/compose.yaml")
     assert any(name.startswith("static:serve-args:compose/") for name in statuses)
     stem = "validate-tiny-random-llama-vllm0.32.0-cpu-default"
     assert (reports / f"{stem}.json").is_file() and (reports / f"{stem}.xml").is_file()
@@ -51,12 +57,14 @@ def test_validation_leaves_no_container(tiny_validation: Any, docker_client: doc
 
 @pytest.mark.e2e
 def test_a_server_that_exits_at_start_fails_fast_with_its_logs(
-    project: Project, tiny_built: BuildResult, no_leftovers: None
+    project: Project, tiny_built: BuildResult, no_leftovers: None, tmp_path: Path
 ) -> None:
     started_at = time.monotonic()
-    blueprint = tiny_plan(project)
+    spec = shipped_spec(project)
     with (
-        running(blueprint.image, blueprint.vendor, blueprint.server, ["--no-such-flag"], "exits") as started,
+        running(
+            spec.model_copy(update={"args": (*spec.args, "--no-such-flag")}), "exits", tmp_path
+        ) as started,
         pytest.raises(ProbeFailure) as failure,
     ):
         wait_healthy(started.health_url, started.name, 600, started.state)
@@ -81,12 +89,11 @@ def silent_image(docker_client: docker.DockerClient):
 
 
 def test_health_that_never_answers_times_out_naming_container_and_url(
-    project: Project, silent_image: object, no_leftovers: None
+    project: Project, silent_image: object, no_leftovers: None, tmp_path: Path
 ) -> None:
-    blueprint = tiny_plan(project)
-    plan = blueprint.image.model_copy(update={"repository": "factory-test/silent", "tag": "latest"})
+    spec = shipped_spec(project, image="factory-test/silent:latest", args=())
     with (
-        running(plan, blueprint.vendor, blueprint.server, [], "silent") as started,
+        running(spec, "silent", tmp_path) as started,
         pytest.raises(ProbeFailure) as failure,
     ):
         wait_healthy(started.health_url, started.name, 5, started.state)
@@ -97,18 +104,21 @@ def test_health_that_never_answers_times_out_naming_container_and_url(
 
 
 def test_the_validation_container_publishes_its_api_on_loopback_only(
-    project: Project, silent_image: object, no_leftovers: None, docker_client: docker.DockerClient
+    project: Project,
+    silent_image: object,
+    no_leftovers: None,
+    docker_client: docker.DockerClient,
+    tmp_path: Path,
 ) -> None:
     """What the engine was asked for, read back from the engine: no port on any address but loopback."""
-    blueprint = tiny_plan(project)
-    plan = blueprint.image.model_copy(update={"repository": "factory-test/silent", "tag": "latest"})
-    with running(plan, blueprint.vendor, blueprint.server, [], "loopback") as started:
+    spec = shipped_spec(project, image="factory-test/silent:latest", args=())
+    with running(spec, "loopback", tmp_path) as started:
         attrs = docker_client.containers.get(started.name).attrs
     published = attrs["NetworkSettings"]["Ports"]
     bindings = [binding for port in published.values() for binding in port or []]
     assert bindings, published
     assert {binding["HostIp"] for binding in bindings} == {"127.0.0.1"}, bindings
-    assert attrs["HostConfig"]["PortBindings"][f"{blueprint.server.port}/tcp"][0]["HostIp"] == "127.0.0.1"
+    assert attrs["HostConfig"]["PortBindings"][f"{spec.port}/tcp"][0]["HostIp"] == "127.0.0.1"
 
 
 GOOD = {
@@ -152,3 +162,26 @@ def test_validate_without_an_engine_is_a_clear_error(tmp_path: Path) -> None:
     )
     assert result.returncode == 2 and "cannot reach the Docker Engine" in result.stderr
     assert not list(tmp_path.glob("*.json"))
+
+
+@pytest.mark.parametrize(
+    ("tasks", "runs", "not_here"),
+    [
+        ([], ["live:health", "live:models", "live:chat", "live:deterministic"], []),
+        (["text"], ["live:health", "live:models", "live:chat", "live:deterministic"], []),
+        (["embedding"], ["live:health", "live:models"], ["live:embeddings"]),
+        (
+            ["multimodal"],
+            ["live:health", "live:models", "live:chat", "live:deterministic"],
+            ["live:image-input"],
+        ),
+        (["omni"], ["live:health", "live:models"], ["live:omni-task"]),
+    ],
+)
+def test_probes_are_chosen_from_the_recipes_tasks(
+    tasks: list[str], runs: list[str], not_here: list[str]
+) -> None:
+    chosen = checklist.chosen(tasks)
+    assert [p.name for p in chosen if not p.not_run_here] == runs
+    assert [p.name for p in chosen if p.not_run_here] == not_here
+    assert all(p.checks and p.when for p in chosen)

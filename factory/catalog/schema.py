@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from packaging.specifiers import SpecifierSet
+from pydantic import Field
 
 from factory.models_base import Strict
 
@@ -96,27 +97,43 @@ class Vendor(Strict):
     group_add: list[GroupAdd] = []
     security_opt: list[str] = []
     gpu_check: GpuCheck | None = None  # None: the backend needs no GPU
+    # /dev/shm of every serving container: NCCL, vLLM's workers and its message queues use it. A size (rather
+    # than the host's IPC namespace, as the recipe pages' --ipc=host) is what every format can express.
+    shm_size: str
     sources: list[str] = []
 
-    def docker_run_flags(self) -> list[str]:
-        """The same access as `docker run` flags."""
-        flags = ["--gpus", self.gpu_request.count] if self.gpu_request else []
-        flags += [f"--device={device}" for device in self.devices]
-        for option in self.security_opt:
-            flags += ["--security-opt", option]
-        for group in self.group_add:
-            flags += ["--group-add", group.group]
-        return flags
+
+class Secret(Strict):
+    """An environment variable a process reads from a secret the operator holds: only its name is written."""
+
+    env: str
+    what: str
+    optional: bool = True
+
+
+class Volume(Strict):
+    """A host folder (a setting, with its default) mounted into every serving container."""
+
+    name: str
+    target: str
+    setting: str  # the host setting naming the folder
+    default: str  # the folder when the setting is not given
+    what: str
 
 
 class Server(Strict):
-    """How every image serves: the API port inside the container and the health check Docker runs."""
+    """How every image serves: the API port inside the container, the health check, and what every serving
+    process gets besides its vendor's devices."""
 
-    port: int = 8000
+    port: int = Field(default=8000, ge=1, le=65535)
     health_path: str = "/health"
     health_interval_s: int = 30
     health_timeout_s: int = 5
     health_retries: int = 3
+    capabilities: list[str] = []
+    ulimits: dict[str, int] = {}
+    secrets: list[Secret] = []
+    volumes: list[Volume] = []
 
     @property
     def health_url(self) -> str:

@@ -12,7 +12,6 @@ from factory.plan.models import Deviation, FlagEdit, NodeRole
 from factory.project import Project
 from factory.recipes.loader import LoadedRecipe
 from factory.recipes.schema import EnvValue
-from factory.synthesis.args import flag_value
 from factory.synthesis.command import Command, Process, resolve
 from factory.synthesis.matrix import Combination
 from factory.synthesis.selection import Selection
@@ -121,7 +120,6 @@ class _Finisher:
         for deviation in applied:
             self.record(deviation)
         flags = [*self.model_flags(path), *flags]
-        port = flag_value(flags, "--port")
         return NodeRole(
             name=name,
             pool=pool,
@@ -129,7 +127,6 @@ class _Finisher:
             serves_http="--headless" not in flags,
             args=[self.weights, *flags],
             env={key: env_text(value) for key, value in process.env.items()},
-            port=int(port) if port and port.isdigit() else None,
         )
 
     def path(self, rank: int, pool: str | None) -> str:

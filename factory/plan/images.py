@@ -72,6 +72,7 @@ def plan_image_spec(
         unbuildable=unbuildable,
         env=env,
         default_command=default_command,
+        tasks=list(recipe.meta.tasks),
         start_period_s=start_period(str(recipe.model.parameter_count or "")),
         repository=naming.repository(image_slug),
         tag=naming.tag(release.vllm, hardware_key, variant, loaded),

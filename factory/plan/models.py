@@ -8,14 +8,13 @@ Templates only format these.
 
 from __future__ import annotations
 
-from functools import cached_property
 from pathlib import PurePosixPath
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from factory.catalog.schema import Vendor
-from factory.plan.settings import placeholder_names
+from factory.plan.runspec import ProcessGroup, RunSpec
 
 
 class Frozen(BaseModel):
@@ -71,6 +70,7 @@ class ImageSpec(Frozen):
     unbuildable: str | None
     env: dict[str, str]  # set in every deployment of the image, with one value: the image's ENV
     default_command: list[str]  # the recommended single-node command: `docker run IMAGE` serves it
+    tasks: list[str] = []  # what the model does (the recipe's meta.tasks): chooses validation's probes
     start_period_s: int
     repository: str
     tag: str
@@ -143,7 +143,6 @@ class NodeRole(Frozen):
     program: Literal["vllm", "vllm-router"] = "vllm"
     args: list[str]  # after `vllm serve` ([model, *flags]) or after `vllm-router`
     env: dict[str, str]
-    port: int | None = None  # the API port it listens on, when its flags name one (a PD pool's --port)
 
     @property
     def argv(self) -> list[str]:
@@ -192,22 +191,7 @@ class Deployment(Frozen):
     vendor: Vendor  # what the containers need to see the GPUs
     deviations: list[Deviation]
     recommended: bool  # the strategy the recipes site recommends on this hardware
-
-    @cached_property
-    def directory(self) -> PurePosixPath:
-        base = PurePosixPath("compose") / self.image.slug / f"{self.image.hardware}-{self.image.variant}"
-        if self.deploy_type == "multi_node":
-            return base / self.strategy / f"{self.nodes}-nodes"
-        return base / self.strategy
-
-    def file_name(self, role: NodeRole) -> str:
-        return "compose.yaml" if len(self.roles) == 1 else f"{role.name}.compose.yaml"
-
-    def project_name(self, role: NodeRole) -> str:
-        parts = [self.image.slug, self.image.hardware, self.image.variant, self.strategy]
-        if len(self.roles) > 1:
-            parts.append(role.name)
-        return "-".join(parts).replace("_", "-").replace(".", "-").lower()
+    run: tuple[ProcessGroup, ...]  # how every process runs: what each format prints
 
     def role_title(self, role: NodeRole) -> str:
         if len(self.roles) == 1:
@@ -219,13 +203,12 @@ class Deployment(Frozen):
         )
         return f"{what} ({role.name}{'' if role.serves_http else ', headless'})"
 
-    @property
-    def settings_used(self) -> list[str]:
-        """Every ${SETTING} the deployment's files use, for its .env.example."""
-        texts = [arg for role in self.roles for arg in [*role.args, *role.env.values()]]
-        texts += [group.group for group in self.vendor.group_add]
-        texts += ["$VLLM_ROUTER_IMAGE" for role in self.roles if role.program == "vllm-router"]
-        return placeholder_names(texts)
+    def spec(self, role: NodeRole) -> RunSpec:
+        """How that process runs: its node's spec from the group that runs it."""
+        for group in self.run:
+            if role.name in group.names:
+                return group.node(role.name)
+        raise KeyError(f"no process {role.name} in {self.strategy}")
 
 
 class Skipped(Frozen):

@@ -1,7 +1,7 @@
 """Run-time settings: the placeholders recipes, strategies and the factory write on purpose ($HEAD_IP,
-$IFACE_NAME, $PREFILL_NODE_1, ...). Compose files turn each into a variable that names what to set
-(or has a default), .env.example lists them, and every other `$` is escaped so compose never expands it:
-a recipe's `${HOME}` or `$(cmd)` reaches vLLM as written, and never reads the operator's environment.
+$IFACE_NAME, $PREFILL_NODE_1, ...), what each means and its default. Every format writes them its own way
+(compose: a variable that names what to set, factory.render.compose); every other `$` is text: a recipe's
+`${HOME}` or `$(cmd)` reaches vLLM as written, and never reads the operator's environment.
 """
 
 from __future__ import annotations
@@ -84,23 +84,6 @@ def placeholder_names(texts: Iterable[str]) -> list[str]:
     return list(names)
 
 
-def compose_value(value: str) -> str:
-    """A value for a compose file: placeholders become ${NAME:-default} or ${NAME:?what to set}; every other
-    `$` is doubled, so compose passes it through as it is."""
-    parts = []
-    last = 0
-    for match, name in _placeholders(value):
-        parts.append(value[last : match.start()].replace("$", "$$"))
-        known = setting(name)
-        if known.default is not None:
-            parts.append(f"${{{name}:-{known.default}}}")
-        else:
-            parts.append(f"${{{name}:?set {name}: {known.why} (see .env.example)}}")
-        last = match.end()
-    parts.append(value[last:].replace("$", "$$"))
-    return "".join(parts)
-
-
 def example_value(value: str, examples: dict[str, str]) -> str:
     """A value with its placeholders filled from `examples` (else the default, else a stand-in): for
     checking a command with vLLM's parser without a cluster."""
@@ -111,5 +94,27 @@ def example_value(value: str, examples: dict[str, str]) -> str:
         if known is None:
             return match.group(0)
         return examples.get(name) or known.default or "10.0.0.1"
+
+    return PLACEHOLDER.sub(fill, value)
+
+
+class MissingSetting(ValueError):
+    """A setting with no default that the environment does not give."""
+
+
+def host_value(value: str, environ: dict[str, str] | None) -> str:
+    """A value with its settings filled as compose fills them: from the environment when set there (and not
+    empty), else the default; a setting with no default and no value raises MissingSetting, naming it."""
+    given = environ or {}
+
+    def fill(match: re.Match[str]) -> str:
+        name = match.group("braced") or match.group("bare")
+        known = known_setting(name)
+        if known is None:
+            return match.group(0)
+        found = given.get(name) or known.default
+        if found is None:
+            raise MissingSetting(f"set {name}: {known.why}")
+        return found
 
     return PLACEHOLDER.sub(fill, value)

@@ -10,7 +10,8 @@ from pathlib import Path, PurePosixPath
 
 from factory.catalog.schema import Server
 from factory.plan.models import Deployment, ImagePlan, ImageSpec
-from factory.render.templating import render_bake, render_compose, render_dockerfile, render_env_example
+from factory.render import compose
+from factory.render.templating import render_bake, render_dockerfile
 
 OUTPUT_ROOTS = ("images", "compose")
 IMAGE_FILES = ("factory-serve", "image_info.py")
@@ -81,13 +82,14 @@ def _requirements(base: PurePosixPath, image: ImageSpec) -> list[OutputFile]:
     ]
 
 
-def compose_outputs(plan: Deployment, server: Server) -> list[OutputFile]:
+def compose_outputs(deployment: Deployment) -> list[OutputFile]:
     files = [
-        OutputFile(plan.directory / plan.file_name(role), render_compose(plan, index, server).encode())
-        for index, role in enumerate(plan.roles)
+        OutputFile(compose.path(deployment, role), compose.render(deployment, role).encode())
+        for role in deployment.roles
     ]
-    if plan.settings_used:
-        files.append(OutputFile(plan.directory / ".env.example", render_env_example(plan).encode()))
+    env_example = compose.env_example(deployment)
+    if env_example is not None:
+        files.append(OutputFile(compose.directory(deployment) / ".env.example", env_example.encode()))
     return files
 
 

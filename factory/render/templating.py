@@ -2,7 +2,7 @@
 
 Values are escaped for the file they land in: `dockerfile` for Dockerfile ENV and LABEL (which expand
 `$` at build time), `json` for exec-form arrays and YAML strings; compose values go through
-factory.plan.settings.compose_value (placeholders become variables, every other `$` is doubled).
+factory.render.compose.compose_value (placeholders become variables, every other `$` is doubled).
 """
 
 from __future__ import annotations
@@ -16,9 +16,7 @@ import jinja2
 
 from factory.catalog.schema import Server
 from factory.image_paths import TEMPLATE_GLOBALS
-from factory.plan.models import Deployment, ImageSpec, image_labels
-from factory.plan.settings import compose_value, setting
-from factory.synthesis.args import flag_value
+from factory.plan.models import ImageSpec, image_labels
 
 _PLAIN = re.compile(r'^[^"\\\x00-\x1f\x7f-\uffff]*$')
 
@@ -48,7 +46,6 @@ def environment() -> jinja2.Environment:
     )
     env.filters["json"] = json_string
     env.filters["dockerfile"] = dockerfile_value
-    env.filters["setting"] = compose_value
     env.globals.update(TEMPLATE_GLOBALS)
     return env
 
@@ -57,43 +54,6 @@ def render_dockerfile(image: ImageSpec, inputs_hash: str, server: Server) -> str
     assert image.install is not None
     template = environment().get_template(f"Dockerfile.{image.install.kind}.j2")
     return template.render(image=image, labels=image_labels(image, inputs_hash), server=server)
-
-
-def render_compose(plan: Deployment, index: int, server: Server) -> str:
-    role = plan.roles[index]
-    port = role.port or server.port
-    template = "compose.yaml.j2" if role.program == "vllm" else "compose-router.yaml.j2"
-    return (
-        environment()
-        .get_template(template)
-        .render(
-            plan=plan,
-            image=plan.image,
-            vendor=plan.vendor,
-            server=server,
-            role_title=plan.role_title(role),
-            file_name=plan.file_name(role),
-            project_name=plan.project_name(role),
-            command=[compose_value(arg) for arg in role.args],
-            env={name: compose_value(value) for name, value in role.env.items()},
-            network="host" if plan.host_network else "published",
-            port=port,
-            health="http" if role.serves_http else "none",
-            # A headless rank has no API to wait for (compose's --wait refuses a service whose check is
-            # off); the head turns healthy only once every rank has joined, so its --wait covers it.
-            start=f"docker compose -f {plan.file_name(role)} up -d"
-            + (" --wait" if role.serves_http else "  (headless: the head's --wait covers this node)"),
-            # The health check asks where the server listens: its --host when it has one (on the host's
-            # network), else loopback inside its own container.
-            health_url=f"http://{compose_value(flag_value(role.args, '--host') or '127.0.0.1')}:{port}"
-            f"{server.health_path}",
-        )
-    )
-
-
-def render_env_example(plan: Deployment) -> str:
-    settings = {name: setting(name) for name in plan.settings_used}
-    return environment().get_template("env.example.j2").render(settings=settings)
 
 
 def render_bake(targets: Sequence[object], groups: dict[str, list[str]]) -> str:

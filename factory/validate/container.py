@@ -1,4 +1,10 @@
-"""Start an image with testcontainers for probing, and always remove it."""
+"""Start the container a deployment ships, for probing, and always remove it.
+
+The container is the run spec's, printed as Docker SDK options the way the compose file prints it: the
+same command, environment, shared memory, capabilities, ulimits, devices, groups, security options,
+health check and mount target. Settings are read as compose reads them (the environment, then the
+default). What validation must change is listed in DIFFERENCES, with why, and shown in every report.
+"""
 
 from __future__ import annotations
 
@@ -6,20 +12,62 @@ import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 # Ryuk, testcontainers' reaper, is an image that cannot be pulled on air-gapped machines; the
 # factory removes what it starts itself (and labels it, so a crash can be cleaned up by label).
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
-from docker.types import DeviceRequest
+from docker.types import DeviceRequest, Ulimit
 from testcontainers.core.container import DockerContainer
 
-from factory.catalog.schema import Server, Vendor
 from factory.leftovers import PID_LABEL, labels, remove_labelled
-from factory.plan.models import ImagePlan
-from factory.plan.settings import PLACEHOLDER
+from factory.plan.runspec import RunSpec
+from factory.plan.settings import host_value
 from factory.validate.probes import ContainerState
+
+NANOSECONDS = 1_000_000_000
+
+# Run spec fields the Docker SDK cannot express, and why (a test keeps this list complete).
+CANNOT_EXPRESS = {
+    "gpus": "Docker does not allocate GPUs: a device request for N always takes the node's first N, so "
+    "every process reserves all of its node's GPUs (the recipe pages' --gpus all)",
+    "program": "the image's entrypoint runs the program: a container names none",
+}
+
+
+@dataclass(frozen=True)
+class Difference:
+    """Where the validation container differs from the shipped one, and why."""
+
+    field: str
+    what: str
+    why: str
+
+
+DIFFERENCES = (
+    Difference(
+        "port",
+        "the API is published on 127.0.0.1, at a host port the engine picks",
+        "a validation run never publishes the API to the network, and two runs never collide on one port",
+    ),
+    Difference(
+        "volumes",
+        "the model cache is an empty folder of the run's own instead of the host's",
+        "validation neither reads nor changes the operator's cache: what it proves comes from the image",
+    ),
+    Difference(
+        "labels",
+        "labels naming the run and the process that started it are added",
+        "a container a killed run left behind is found and removed by them",
+    ),
+    Difference(
+        "network",
+        "(several nodes on one machine) a Docker network of their own, each node under its process name",
+        "nodes of one deployment on the host's network would collide on one machine",
+    ),
+)
 
 
 @dataclass
@@ -38,58 +86,88 @@ class Started:
         return ContainerState(running, exit_code, logs)
 
 
-def gpu_run_options(vendor: Vendor, settings: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """What the container needs to see its GPUs, from the same vendor data the compose files print.
-    A group given as a ${SETTING} (the host's render group id) is added when `settings` has its value."""
+def gpu_run_options(spec: RunSpec, settings: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """What the container needs to see its GPUs: the spec's device request, devices, groups (a ${SETTING}
+    group from `settings`) and security options."""
     options: dict[str, Any] = {}
-    if vendor.gpu_request:
-        request = vendor.gpu_request
+    if spec.gpu_request:
+        request = spec.gpu_request
         options["device_requests"] = [
             DeviceRequest(driver=request.driver, count=-1, capabilities=[request.capabilities])
         ]
-    if vendor.devices:
-        options["devices"] = list(vendor.devices)
-    groups = [_setting_value(g.group, settings or {}) for g in vendor.group_add]
-    groups = [group for group in groups if group]
-    if groups:
-        options["group_add"] = groups
-    if vendor.security_opt:
-        options["security_opt"] = list(vendor.security_opt)
+    if spec.devices:
+        options["devices"] = list(spec.devices)
+    if spec.groups:
+        options["group_add"] = [host_value(group, dict(settings or {})) for group in spec.groups]
+    if spec.security_opt:
+        options["security_opt"] = list(spec.security_opt)
+    return options
+
+
+def run_options(
+    spec: RunSpec, settings: Mapping[str, str], cache: Path, run_labels: dict[str, str]
+) -> dict[str, Any]:
+    """The Docker SDK's `containers.run` arguments for the shipped container, with DIFFERENCES applied:
+    published on loopback at a port the engine picks, `cache` as the model cache, `run_labels` added."""
+    given = dict(settings)
+    environment = {name: host_value(value, given) for name, value in spec.environment.items()}
+    environment |= {secret.env: given.get(secret.env, "") for secret in spec.secrets}
+    options: dict[str, Any] = {
+        "image": spec.image,
+        "command": [host_value(arg, given) for arg in spec.argv],
+        "labels": {**dict(spec.labels), **run_labels},
+        "environment": environment,
+        "cap_add": list(spec.capabilities),
+        "ulimits": [Ulimit(name=name, soft=limit, hard=limit) for name, limit in spec.ulimits],
+        "volumes": {str(cache): {"bind": volume.target, "mode": "rw"} for volume in spec.volumes},
+        **gpu_run_options(spec, given),
+    }
+    if spec.shm_size:
+        options["shm_size"] = spec.shm_size
+    if spec.network == "host":
+        options["network_mode"] = "host"
+    else:
+        options["ports"] = {f"{spec.port}/tcp": ("127.0.0.1", None)}
+    if spec.probe is not None:
+        probe = spec.probe
+        options["healthcheck"] = {
+            "test": ["CMD", *probe.command(host_value(str(probe.host), given))],
+            "interval": probe.interval_s * NANOSECONDS,
+            "timeout": probe.timeout_s * NANOSECONDS,
+            "retries": probe.retries,
+            "start_period": probe.start_period_s * NANOSECONDS,
+        }
+    else:
+        options["healthcheck"] = {"test": ["NONE"]}
     return options
 
 
 @contextmanager
-def running(
-    image: ImagePlan,
-    vendor: Vendor,
-    server: Server,
-    args: list[str],
-    run_id: str,
-    env: dict[str, str] | None = None,
-) -> Iterator[Started]:
+def running(spec: RunSpec, run_id: str, cache: Path) -> Iterator[Started]:
+    """The spec's container, started on this engine; removed on the way out whatever happens."""
     local_engine = os.environ.get("DOCKER_HOST", "unix://").startswith("unix://")
-    container = (
-        DockerContainer(image.reference)
-        .with_command(args)
-        .with_kwargs(
-            labels=labels("validate", **{"ai.vllm.factory.run": run_id}),
-            shm_size="2g",  # vLLM's engine needs more than Docker's default 64 MiB /dev/shm
-            **gpu_run_options(vendor, os.environ),
-        )
-    )
+    run_labels = labels("validate", **{"ai.vllm.factory.run": run_id})
+    options = run_options(spec, os.environ, cache, run_labels)
+    image, command, environment = options.pop("image"), options.pop("command"), options.pop("environment")
+    ports, volumes = options.pop("ports", {}), options.pop("volumes")
+    container = DockerContainer(image).with_command(command).with_kwargs(**options)
+    for source, mount in volumes.items():
+        container.with_volume_mapping(source, mount["bind"], mount["mode"])
     # Loopback only on a local engine: a validation run must not publish the API to the network.
     # (testcontainers' with_bind_ports takes no host address; docker-py takes this tuple.)
-    container.ports[f"{server.port}/tcp"] = ("127.0.0.1", None) if local_engine else None  # type: ignore[assignment]
-    for name, value in (env or {}).items():
+    for port, binding in ports.items():
+        container.ports[port] = binding if local_engine else None
+    for name, value in environment.items():
         container.with_env(name, value)
     try:
         container.start()
         # testcontainers may answer the bridge gateway; the port is bound on loopback here.
         host = "127.0.0.1" if local_engine else str(container.get_container_host_ip())
-        port = container.get_exposed_port(server.port)
+        port = container.get_exposed_port(spec.port)
         name = str(container.get_wrapped_container().name)
         base_url = f"http://{host}:{port}"
-        yield Started(container, base_url, base_url + server.health_path, name)
+        path = spec.probe.path if spec.probe else "/health"
+        yield Started(container, base_url, base_url + path, name)
     finally:
         try:
             container.stop(force=True, delete_volume=True)
@@ -97,9 +175,3 @@ def running(
             # A signal during start() interrupts testcontainers before it holds the container, so its
             # stop() removes nothing: find ours by label (this run, this process) and remove it.
             remove_labelled({"ai.vllm.factory.run": run_id, PID_LABEL: str(os.getpid())})
-
-
-def _setting_value(group: str, settings: Mapping[str, str]) -> str | None:
-    """A group name as is; a ${NAME} group from the settings, or None when they do not give it."""
-    match = PLACEHOLDER.fullmatch(group)
-    return settings.get(match.group("braced") or match.group("bare")) if match else group

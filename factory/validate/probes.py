@@ -101,6 +101,20 @@ def chat(base_url: str, model: str, seed: int = 1234, max_tokens: int = 16) -> C
     return parse_chat(_json(response, "/v1/chat/completions"), seconds)
 
 
+def embeddings(base_url: str, model: str) -> int:
+    """The length of the vector /v1/embeddings gives for one input; fails unless it is numbers."""
+    response = requests.post(
+        f"{base_url}/v1/embeddings", json={"model": model, "input": [CHAT_MESSAGE]}, timeout=120
+    )
+    data = _json(response, "/v1/embeddings").get("data")
+    vector = (
+        data[0].get("embedding") if isinstance(data, list) and data and isinstance(data[0], dict) else None
+    )
+    if not isinstance(vector, list) or not vector or not all(isinstance(x, (int, float)) for x in vector):
+        raise ProbeFailure(f"embeddings answer: data[0].embedding is {str(vector)[:80]!r}, expected numbers")
+    return len(vector)
+
+
 def parse_chat(body: dict[str, Any], seconds: float = 0.0) -> ChatResult:
     """Check an OpenAI chat completion's shape; every failure names the field and what it held."""
     if body.get("object") != "chat.completion":

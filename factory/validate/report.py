@@ -27,6 +27,8 @@ class ValidationReport:
     inputs_hash: str
     cases: list[Case] = field(default_factory=list)
     gpu_probes_run: bool = False
+    # The container the live probes ran: which shipped file, and what validation changed in it (and why).
+    started: str = ""
 
     @property
     def passed(self) -> bool:
@@ -71,6 +73,9 @@ def write_junit(report: ValidationReport, path: Path) -> None:
         failures=str(sum(case.status == "failed" for case in report.cases)),
         skipped=str(sum(case.status == "skipped" for case in report.cases)),
     )
+    if report.started:
+        properties = ET.SubElement(suite, "properties")
+        ET.SubElement(properties, "property", name="started", value=report.started)
     for case in report.cases:
         element = ET.SubElement(
             suite, "testcase", classname=report.image, name=case.name, time=str(case.seconds)

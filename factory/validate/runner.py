@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,10 +20,11 @@ from factory.errors import DockerError
 from factory.leftovers import sweep
 from factory.live import Countdown
 from factory.plan.models import Deployment, ImagePlan
+from factory.render import compose
 from factory.reporter import Reporter, silent
-from factory.validate import static
-from factory.validate.container import running
-from factory.validate.probes import ProbeFailure, chat, check_models, wait_healthy
+from factory.validate import checklist, static
+from factory.validate.container import DIFFERENCES, Started, running
+from factory.validate.probes import ProbeFailure, chat, check_models, embeddings, wait_healthy
 from factory.validate.report import ValidationReport, write_json, write_junit, write_record
 
 HEALTH_MARGIN_S = 120  # beyond the health check's start period, before validation gives up
@@ -83,14 +86,21 @@ def validate_image(
     plans = list(blueprint.deployments)
     _static_checks(client, image, plans, report)
     access = gpu_access(blueprint.vendor, facts)
+    probes = checklist.chosen(image.tasks)
+    single = next((plan for plan in plans if plan.nodes == 1), None)
     if not access.available:
-        for name in ("live:health", "live:models", "live:chat", "live:deterministic"):
-            report.skip(name, access.why)
+        for probe in probes:
+            report.skip(probe.name, access.why)
+    elif single is None:
+        for probe in probes:
+            report.skip(probe.name, "the image has no one-node deployment to start")
     elif report.passed:
-        single = next((plan for plan in plans if plan.nodes == 1), None)
-        args = single.roles[0].args if single else []
+        for probe in probes:
+            if probe.not_run_here:
+                report.skip(probe.name, f"not run here: {probe.not_run_here}")
+        runnable = {probe.name for probe in probes if not probe.not_run_here}
         timeout_s = health_timeout_s or image.start_period_s + HEALTH_MARGIN_S
-        _live_probes(blueprint, args, report, timeout_s, progress_to)
+        _live_probes(blueprint, single, runnable, report, timeout_s, progress_to)
     stem = f"validate-{image.slug}-{image.tag}"
     write_json(report, reports / f"{stem}.json")
     write_junit(report, reports / f"{stem}.xml")
@@ -115,39 +125,60 @@ def _static_checks(
 
 def _live_probes(
     blueprint: Blueprint,
-    args: list[str],
+    deployment: Deployment,
+    runnable: set[str],
     report: ValidationReport,
     timeout_s: float,
     progress_to: TextIO | None,
 ) -> None:
     image = blueprint.image
     report.gpu_probes_run = True
-    with running(image, blueprint.vendor, blueprint.server, args, uuid.uuid4().hex[:12]) as started:
-        step = "live:health"
+    spec = deployment.spec(deployment.roles[0])
+    report.started = f"{compose.path(deployment, deployment.roles[0])}, as shipped except: " + "; ".join(
+        f"{d.field}: {d.what}" for d in DIFFERENCES if d.field != "network"
+    )
+    cache = Path(tempfile.mkdtemp(prefix="factory-validate-cache-"))
+    try:
+        with running(spec, uuid.uuid4().hex[:12], cache) as started:
+            _probe(image, started, runnable, report, timeout_s, progress_to)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+def _probe(
+    image: ImagePlan,
+    started: Started,
+    runnable: set[str],
+    report: ValidationReport,
+    timeout_s: float,
+    progress_to: TextIO | None,
+) -> None:
+    """Health first (every other probe needs a server), then each chosen probe this machine can run."""
+    step = "live:health"
+    try:
+        countdown = (
+            Countdown(f"{started.health_url} ({started.name})", timeout_s, progress_to, progress_to.isatty())
+            if progress_to is not None
+            else None
+        )
         try:
-            countdown = (
-                Countdown(
-                    f"{started.health_url} ({started.name})", timeout_s, progress_to, progress_to.isatty()
-                )
-                if progress_to is not None
-                else None
+            seconds = wait_healthy(
+                started.health_url,
+                started.name,
+                timeout_s,
+                started.state,
+                tick=countdown.tick if countdown else lambda: None,
             )
-            try:
-                seconds = wait_healthy(
-                    started.health_url,
-                    started.name,
-                    timeout_s,
-                    started.state,
-                    tick=countdown.tick if countdown else lambda: None,
-                )
-            finally:
-                if countdown is not None:
-                    countdown.close()
-            report.add(step, True, f"GET {started.health_url} answered 200 after {seconds:.1f} s", seconds)
-            step = "live:models"
+        finally:
+            if countdown is not None:
+                countdown.close()
+        report.add(step, True, f"GET {started.health_url} answered 200 after {seconds:.1f} s", seconds)
+        step = "live:models"
+        if step in runnable:
             models = check_models(started.base_url, image.served_model_name)
             report.add(step, True, f"/v1/models lists {models}")
-            step = "live:chat"
+        step = "live:chat"
+        if step in runnable:
             first = chat(started.base_url, image.served_model_name)
             report.add(
                 step,
@@ -164,7 +195,11 @@ def _live_probes(
                 if again.text == first.text
                 else f"temperature 0 and one seed gave two texts: {first.text!r} then {again.text!r}",
             )
-        except ProbeFailure as exc:
-            report.add(step, False, str(exc))
-        except Exception as exc:  # a network error is a failed probe, not a crash
-            report.add(step, False, f"{type(exc).__name__}: {exc}")
+        step = "live:embeddings"
+        if step in runnable:
+            size = embeddings(started.base_url, image.served_model_name)
+            report.add(step, True, f"one vector of {size} numbers")
+    except ProbeFailure as exc:
+        report.add(step, False, str(exc))
+    except Exception as exc:  # a network error is a failed probe, not a crash
+        report.add(step, False, f"{type(exc).__name__}: {exc}")

@@ -14,6 +14,7 @@ from factory import image_paths
 from factory.leftovers import labels
 from factory.plan.models import Deployment, ImagePlan
 from factory.plan.settings import example_value
+from factory.render import compose
 
 # Values for settings without a default, when a node's command is only parsed, never run.
 EXAMPLE_SETTINGS = {"IFACE_NAME": "eth0", "RENDER_GID": "109"}
@@ -105,7 +106,7 @@ def argv_sets(image: ImagePlan, composes: list[Deployment]) -> dict[str, list[st
         for role in plan.roles:
             if role.program == "vllm":
                 args = [example_value(arg, EXAMPLE_SETTINGS) for arg in role.args]
-                sets[str(plan.directory / plan.file_name(role))] = args
+                sets[str(compose.path(plan, role))] = args
     return sets
 
 

@@ -1,0 +1,83 @@
+"""Group a deployment's processes and give each group its run spec: one node; a head and one spec for every
+worker rank; each PD pool's first node and one spec for its other nodes; the router. Where the workers of a
+group cannot share one spec (they differ other than by their rank's values), each gets its own."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from factory.plan.models import NodeRole
+from factory.plan.runspec import ProcessGroup, Run, Value, process_spec, template_of
+from factory.synthesis.args import flag_value
+
+ROLE_LABEL = "ai.vllm.factory.role"
+DEPLOYMENT_LABEL = "ai.vllm.factory.deployment"
+
+
+def process_groups(
+    roles: Sequence[NodeRole],
+    run: Run,
+    image: str,
+    router_image: str,
+    host_network: bool,
+    deployment: str,
+) -> tuple[ProcessGroup, ...]:
+    groups: list[ProcessGroup] = []
+    for role_name, members in _grouped(roles):
+        nodes = [(member.rank, member.args) for member in members]
+        first = members[0]
+        shared = template_of(nodes, first.pool)
+        if any(member.env != first.env for member in members):
+            shared = None  # the environment has no rank values: nodes that differ there get a spec each
+        split = [[member] for member in members] if shared is None else [members]
+        for part in split:
+            one = part[0]
+            args: Sequence[Value] = shared if shared is not None else one.args
+            port = flag_value(one.args, "--port")
+            spec = process_spec(
+                run,
+                image=image if first.program == "vllm" else router_image,
+                program=first.program,
+                args=args,
+                env=tuple(one.env.items()),
+                host_network=host_network,
+                serves_http=first.serves_http,
+                port=int(port) if port and port.isdigit() else None,
+                labels={DEPLOYMENT_LABEL: deployment, ROLE_LABEL: role_name},
+            )
+            groups.append(
+                ProcessGroup(
+                    names=tuple(member.name for member in part),
+                    indices=tuple(member.rank for member in part),
+                    pool=first.pool,
+                    spec=spec,
+                )
+            )
+    _check(groups, roles)
+    return tuple(groups)
+
+
+def _grouped(roles: Sequence[NodeRole]) -> list[tuple[str, list[NodeRole]]]:
+    """(role, its processes): a deployment's head, workers, each pool's first node and others, the router."""
+    found: dict[str, list[NodeRole]] = {}
+    for role in roles:
+        if role.program == "vllm-router":
+            key = "router"
+        elif len(roles) == 1:
+            key = "node"
+        elif role.pool:
+            key = role.pool if role.rank == 0 else f"{role.pool}-worker"
+        else:
+            key = "head" if role.rank == 0 else "worker"
+        found.setdefault(key, []).append(role)
+    return list(found.items())
+
+
+def _check(groups: list[ProcessGroup], roles: Sequence[NodeRole]) -> None:
+    """A spec evaluated at each node's index gives that node's command and environment exactly."""
+    by_name = {role.name: role for role in roles}
+    for group in groups:
+        for name in group.names:
+            spec, role = group.node(name), by_name[name]
+            if spec.argv != role.args or spec.environment != role.env:
+                raise AssertionError(f"the run spec of {name} does not give its command: {spec.argv}")

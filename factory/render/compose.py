@@ -1,0 +1,136 @@
+"""The compose format: one compose file per process of a deployment, printed from its run spec.
+
+Everything compose-specific lives here: the folder and file names, the project names, how a setting is
+written (`${NAME:-default}`, `${NAME:?what to set}`), and the `.env.example` beside the files. What a
+process runs with is the run spec's; this module decides no run option.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+from factory.plan.models import Deployment, NodeRole
+from factory.plan.runspec import RunSpec
+from factory.plan.settings import PLACEHOLDER, known_setting, placeholder_names, setting
+from factory.render.templating import environment
+
+# Run spec fields compose files cannot express, and why (a test keeps this list complete).
+CANNOT_EXPRESS = {
+    "gpus": "Docker does not allocate GPUs: a device request for N always takes the node's first N, so "
+    "every process reserves all of its node's GPUs (the recipe pages' --gpus all)",
+}
+IMAGE_SETTING = "FACTORY_IMAGE"  # runs another image (a mirror, a test build) with the same file
+PORT_SETTING = "API_PORT"  # the host port a one-node deployment publishes its API on
+BIND_SETTING = "BIND_ADDRESS"  # the host address it is published on (loopback unless set)
+
+
+def directory(deployment: Deployment) -> PurePosixPath:
+    image = deployment.image
+    base = PurePosixPath("compose") / image.slug / f"{image.hardware}-{image.variant}"
+    if deployment.deploy_type == "multi_node":
+        return base / deployment.strategy / f"{deployment.nodes}-nodes"
+    return base / deployment.strategy
+
+
+def file_name(deployment: Deployment, role: NodeRole) -> str:
+    return "compose.yaml" if len(deployment.roles) == 1 else f"{role.name}.compose.yaml"
+
+
+def path(deployment: Deployment, role: NodeRole) -> PurePosixPath:
+    return directory(deployment) / file_name(deployment, role)
+
+
+def project_name(deployment: Deployment, role: NodeRole) -> str:
+    image = deployment.image
+    parts = [image.slug, image.hardware, image.variant, deployment.strategy]
+    if len(deployment.roles) > 1:
+        parts.append(role.name)
+    return "-".join(parts).replace("_", "-").replace(".", "-").lower()
+
+
+def compose_value(value: str) -> str:
+    """A value for a compose file: placeholders become ${NAME:-default} or ${NAME:?what to set}; every other
+    `$` is doubled, so compose passes it through as it is."""
+    parts = []
+    last = 0
+    for match in PLACEHOLDER.finditer(value):
+        name = match.group("braced") or match.group("bare")
+        known = known_setting(name)
+        if known is None:
+            continue
+        parts.append(value[last : match.start()].replace("$", "$$"))
+        if known.default is not None:
+            parts.append(f"${{{name}:-{known.default}}}")
+        else:
+            parts.append(f"${{{name}:?set {name}: {known.why} (see .env.example)}}")
+        last = match.end()
+    parts.append(value[last:].replace("$", "$$"))
+    return "".join(parts)
+
+
+def settings_used(deployment: Deployment) -> list[str]:
+    """Every setting the deployment's files name, for its .env.example."""
+    texts: list[str] = []
+    for role in deployment.roles:
+        spec = deployment.spec(role)
+        texts += [*spec.argv, *spec.environment.values(), *spec.groups]
+        texts += [spec.image] if spec.image.startswith("$") else []
+    return placeholder_names(texts)
+
+
+def render(deployment: Deployment, role: NodeRole) -> str:
+    spec = deployment.spec(role)
+    name = file_name(deployment, role)
+    start = f"docker compose -f {name} up -d" + (
+        # A headless rank has no API to wait for (compose's --wait refuses a service whose check is off); the
+        # head turns healthy only once every rank has joined, so its --wait covers it.
+        " --wait" if spec.probe else "  (headless: the head's --wait covers this node)"
+    )
+    template = "compose.yaml.j2" if spec.program == "vllm" else "compose-router.yaml.j2"
+    return (
+        environment()
+        .get_template(template)
+        .render(
+            image=deployment.image,
+            plan=deployment,
+            role_title=deployment.role_title(role),
+            start=start,
+            project_name=project_name(deployment, role),
+            spec=spec,
+            image_ref=_image(spec),
+            command=[compose_value(arg) for arg in spec.argv],
+            env={name: compose_value(value) for name, value in spec.environment.items()},
+            secrets=[(secret, f"${{{secret.env}:-}}") for secret in spec.secrets],
+            volumes=[(volume, f"${{{volume.setting}:-{volume.default}}}") for volume in spec.volumes],
+            groups=[compose_value(group) for group in spec.groups],
+            group_notes=dict(_group_notes(deployment)),
+            published=f"${{{BIND_SETTING}:-127.0.0.1}}:${{{PORT_SETTING}:-{spec.port}}}:{spec.port}",
+            health=_health(spec),
+        )
+    )
+
+
+def _image(spec: RunSpec) -> str:
+    if spec.image.startswith("$"):
+        return compose_value(spec.image)
+    return f"${{{IMAGE_SETTING}:-{spec.image}}}"
+
+
+def _group_notes(deployment: Deployment) -> list[tuple[str, str]]:
+    return [(compose_value(g.group), g.why) for g in deployment.vendor.group_add if g.why]
+
+
+def _health(spec: RunSpec) -> list[str] | None:
+    if spec.probe is None:
+        return None
+    host = spec.probe.host
+    assert isinstance(host, str)
+    return ["CMD", *(compose_value(word) for word in spec.probe.command(host))]
+
+
+def env_example(deployment: Deployment) -> str | None:
+    names = settings_used(deployment)
+    if not names:
+        return None
+    settings = {name: setting(name) for name in names}
+    return environment().get_template("env.example.j2").render(settings=settings)

@@ -1,0 +1,60 @@
+"""The `docker run` format: one shell command per process, printed from its run spec (`factory show`).
+
+Settings the factory knows stay expandable (`$HEAD_IP`, `${BIND_ADDRESS:-127.0.0.1}`): the operator's shell
+fills them as compose would; every other value is quoted. This module decides no run option.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from factory.plan.runspec import RunSpec
+from factory.plan.settings import PLACEHOLDER, known_setting
+from factory.render.compose import BIND_SETTING, PORT_SETTING
+from factory.render.compose import CANNOT_EXPRESS as COMPOSE_CANNOT_EXPRESS
+
+# Run spec fields `docker run` cannot express, and why (a test keeps this list complete).
+CANNOT_EXPRESS = {"gpus": COMPOSE_CANNOT_EXPRESS["gpus"]}
+
+
+def shell_word(arg: str) -> str:
+    """Shell-quote, but leave a whole-token $SETTING expandable, as the recipe pages print it."""
+    match = PLACEHOLDER.fullmatch(arg)
+    known = match is not None and known_setting(match.group("braced") or match.group("bare")) is not None
+    return arg if known else shlex.quote(arg)
+
+
+def run_options(spec: RunSpec) -> list[str]:
+    """Everything between `docker run --rm` and the image, one option with its value per item."""
+    options: list[str] = []
+    if spec.gpu_request:
+        options.append(f"--gpus {spec.gpu_request.count}")
+    options += [f"--device={device}" for device in spec.devices]
+    options += [f"--group-add {shell_word(group)}" for group in spec.groups]
+    options += [f"--security-opt {shlex.quote(option)}" for option in spec.security_opt]
+    options += [f"--cap-add {capability}" for capability in spec.capabilities]
+    options += [f"--shm-size {spec.shm_size}"] if spec.shm_size else []
+    options += [f"--ulimit {name}={limit}" for name, limit in spec.ulimits]
+    if spec.network == "host":
+        options.append("--network host")
+    else:
+        options.append(f'-p "${{{BIND_SETTING}:-127.0.0.1}}:${{{PORT_SETTING}:-{spec.port}}}:{spec.port}"')
+    options += [f"-e {name}={shell_word(value)}" for name, value in spec.environment.items()]
+    options += [f"-e {secret.env}" for secret in spec.secrets]  # passed from the shell: never a value here
+    options += [
+        f'-v "${{{volume.setting}:-{volume.default.replace("~", "$HOME", 1)}}}:{volume.target}"'
+        for volume in spec.volumes
+    ]
+    options += [f"--label {shlex.quote(f'{name}={value}')}" for name, value in spec.labels]
+    if spec.probe is None:
+        options.append("--no-healthcheck")
+    else:
+        host = spec.probe.host
+        assert isinstance(host, str)
+        probe = spec.probe
+        options += [
+            f"--health-cmd {shlex.quote(' '.join(probe.command(host)))}",
+            f"--health-interval {probe.interval_s}s --health-timeout {probe.timeout_s}s",
+            f"--health-retries {probe.retries} --health-start-period {probe.start_period_s}s",
+        ]
+    return options

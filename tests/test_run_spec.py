@@ -1,0 +1,254 @@
+"""One run spec: every format prints the same spec and decides no run option of its own.
+
+The compose files, `factory show`'s `docker run` and the container validation starts are each a rendering of
+a deployment's run spec. A change to any field reaches every format that can express it (and each format
+lists, with the reason, the fields it cannot); validation starts the container the compose file ships."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+import yaml
+
+from factory.blueprint import plan_recipe, select
+from factory.catalog.schema import GpuRequest, Secret, Volume
+from factory.plan.models import Deployment
+from factory.plan.runspec import FromIndex, RunSpec
+from factory.project import Project, load_project
+from factory.render import compose, docker_run
+from factory.show import docker_run as show_docker_run
+from factory.tools import compose_binary
+from factory.validate import container
+from tests.conftest import ROOT, TINY, blueprint_of, recipes_tree, small_recipe
+
+# One change per field of the run spec: a new capability, one more environment variable, ...
+MUTATIONS: dict[str, Callable[[RunSpec], Any]] = {
+    "image": lambda spec: "registry.example/other:tag",
+    "program": lambda spec: "vllm-router",
+    "args": lambda spec: (*spec.args, "--seed", "7"),
+    "env": lambda spec: (*spec.env, ("EXTRA_SETTING", "1")),
+    "secrets": lambda spec: (*spec.secrets, Secret(env="OTHER_TOKEN", what="another token")),
+    "gpu_request": lambda spec: GpuRequest(driver="nvidia", capabilities=["gpu"]),
+    "gpus": lambda spec: spec.gpus + 3,
+    "devices": lambda spec: (*spec.devices, "/dev/infiniband"),
+    "groups": lambda spec: (*spec.groups, "render"),
+    "security_opt": lambda spec: (*spec.security_opt, "apparmor=unconfined"),
+    "capabilities": lambda spec: (*spec.capabilities, "SYS_NICE"),
+    "shm_size": lambda spec: "3g",
+    "ulimits": lambda spec: (*spec.ulimits, ("nofile", 65536)),
+    "port": lambda spec: spec.port + 1,
+    "network": lambda spec: "host" if spec.network == "published" else "published",
+    "probe": lambda spec: spec.probe.model_copy(update={"path": "/ping"}) if spec.probe else None,
+    "volumes": lambda spec: (
+        *spec.volumes,
+        Volume(name="x", target="/x", setting="X_DIR", default="/x", what="x"),
+    ),
+    "labels": lambda spec: (*spec.labels, ("team", "serving")),
+}
+
+
+def _with_spec(deployment: Deployment, spec: RunSpec) -> Deployment:
+    group = deployment.run[0].model_copy(update={"spec": spec})
+    return deployment.model_copy(update={"run": (group, *deployment.run[1:])})
+
+
+def _compose(deployment: Deployment) -> str:
+    return compose.render(deployment, deployment.roles[0])
+
+
+def _docker_run(deployment: Deployment) -> str:
+    return show_docker_run(deployment, deployment.roles[0])
+
+
+def _validation(deployment: Deployment) -> str:
+    spec = deployment.spec(deployment.roles[0])
+    return repr(container.run_options(spec, {}, Path("/cache"), {"run": "1"}))
+
+
+FORMATS: dict[str, tuple[Callable[[Deployment], str], dict[str, str]]] = {
+    "compose": (_compose, compose.CANNOT_EXPRESS),
+    "docker run": (_docker_run, docker_run.CANNOT_EXPRESS),
+    "validation": (_validation, container.CANNOT_EXPRESS),
+}
+
+
+def tiny_single(project: Project) -> Deployment:
+    return blueprint_of(project, TINY, "cpu").deployment("single_node_tp")
+
+
+def test_every_field_of_the_run_spec_has_a_mutation() -> None:
+    assert set(MUTATIONS) == set(RunSpec.model_fields)
+
+
+@pytest.mark.parametrize("field", sorted(MUTATIONS))
+@pytest.mark.parametrize("format_name", sorted(FORMATS))
+def test_a_change_to_the_spec_reaches_every_format_that_can_express_it(
+    project: Project, field: str, format_name: str
+) -> None:
+    """Adding a capability, an environment variable, ... changes every format at once; a field a format
+    does not print is in that format's list of what it cannot express (and so the list stays complete)."""
+    render, cannot = FORMATS[format_name]
+    deployment = tiny_single(project)
+    spec = deployment.run[0].spec
+    changed = spec.model_copy(update={field: MUTATIONS[field](spec)})
+    assert changed != spec
+    before, after = render(deployment), render(_with_spec(deployment, changed))
+    if field in cannot:
+        assert before == after, f"{format_name} lists {field} as not expressible, but prints it"
+        assert cannot[field], "each field a format cannot express says why"
+    else:
+        assert before != after, f"{format_name} does not print the run spec's {field}"
+
+
+def test_formats_decide_no_run_option_of_their_own(project: Project) -> None:
+    """The compose file holds exactly what the spec says: shared memory, capabilities, ulimits, the probe."""
+    deployment = tiny_single(project)
+    spec = deployment.spec(deployment.roles[0])
+    service = yaml.safe_load(_compose(deployment))["services"]["vllm"]
+    assert service["shm_size"] == spec.shm_size == "2g"
+    assert "ipc" not in service, "a /dev/shm size, not the host's IPC namespace: every format can say it"
+    assert service["cap_add"] == ["IPC_LOCK"] == list(spec.capabilities)
+    assert service["ulimits"] == dict(spec.ulimits) and "memlock" not in service["ulimits"]
+    assert spec.probe is not None
+    assert service["healthcheck"]["test"] == ["CMD", *spec.probe.command("127.0.0.1")]
+    assert service["healthcheck"]["start_period"] == f"{spec.probe.start_period_s}s"
+
+
+def test_one_worker_spec_serves_every_rank(project: Project) -> None:
+    """A multi-node deployment's workers share one spec whose rank values are functions of the node index:
+    evaluated at each index, it gives that node's command exactly."""
+    blueprint = select(project, "moonshotai/Kimi-Linear-48B-A3B-Instruct", "h200")[0]
+    with_nodes = {d.strategy: d for d in blueprint.deployments}
+    dep = with_nodes["multi_node_dep"]
+    workers = next(group for group in dep.run if "worker-1" in group.names)
+    template = workers.spec
+    assert template.is_template
+    rank_values = [arg for arg in template.args if isinstance(arg, FromIndex)]
+    assert rank_values == [FromIndex(times=8)], "--data-parallel-start-rank = index x the local DP size"
+    for role in dep.roles[1:]:
+        assert dep.spec(role).argv == role.args
+    # On 4 nodes, one spec serves the three workers: ranks 8, 16 and 24.
+    loaded = project.tree.recipe("moonshotai/Kimi-Linear-48B-A3B-Instruct")
+    four = next(
+        d
+        for bp in plan_recipe(project, loaded, nodes=4).images
+        if bp.image.hardware == "h200"
+        for d in bp.deployments
+        if d.strategy == "multi_node_dep"
+    )
+    groups = [group for group in four.run if group.names == ("worker-1", "worker-2", "worker-3")]
+    assert len(groups) == 1 and groups[0].indices == (1, 2, 3)
+    starts = [four.spec(role).argv for role in four.roles[1:]]
+    assert [args[args.index("--data-parallel-start-rank") + 1] for args in starts] == ["8", "16", "24"]
+
+
+def test_the_plan_holds_no_compose_names_or_syntax() -> None:
+    """A format's file layout and spelling live with the format: nothing under plan/ knows compose."""
+    for path in sorted((ROOT / "factory" / "plan").glob("*.py")):
+        text = path.read_text()
+        for word in ("compose.yaml", "project_name", ".env.example", "network_mode", "docker compose"):
+            assert word not in text, f"{path.name} holds {word!r}"
+        # compose's spelling of a setting (${NAME:-default}, ${NAME:?why}) is compose's
+        assert not re.search(r"\$\{[A-Z_]+:[-?]", text), f"{path.name} writes a compose variable"
+
+
+def test_an_omni_port_is_published_and_health_checked_there(tmp_path: Path) -> None:
+    recipe = small_recipe(
+        meta={"title": "Pics", "slug": "pics", "hardware": {}, "tasks": ["omni"]},
+        omni={"tasks": ["t2i"], "port": 9000},
+    )
+    tree = recipes_tree(tmp_path / "recipes", {"acme/Pics": recipe})
+    project = load_project(ROOT, tree, tmp_path / "out")
+    blueprint = select(project, "acme/Pics", "h200")[0]
+    deployment = blueprint.deployments[0]
+    spec = deployment.spec(deployment.roles[0])
+    assert spec.port == 9000
+    service = yaml.safe_load(_compose(deployment))["services"]["vllm"]
+    assert service["ports"] == ["${BIND_ADDRESS:-127.0.0.1}:${API_PORT:-9000}:9000"]
+    assert service["healthcheck"]["test"][-1] == "http://127.0.0.1:9000/health"
+    assert '-p "${BIND_ADDRESS:-127.0.0.1}:${API_PORT:-9000}:9000"' in _docker_run(deployment)
+    options = container.run_options(spec, {}, tmp_path, {})
+    assert options["ports"] == {"9000/tcp": ("127.0.0.1", None)}
+    assert options["healthcheck"]["test"][-1] == "http://127.0.0.1:9000/health"
+
+
+def test_validation_lists_what_it_changes_with_why() -> None:
+    fields = {difference.field for difference in container.DIFFERENCES}
+    assert fields == {"port", "volumes", "labels", "network"}
+    assert all(difference.why and difference.what for difference in container.DIFFERENCES)
+    assert fields <= set(RunSpec.model_fields)
+
+
+# --- the real thing: both containers started on the engine and inspected --------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _inspected(attrs: dict[str, Any]) -> dict[str, Any]:
+    """What a user compares between two containers of one deployment, as the engine reports it."""
+    config, host = attrs["Config"], attrs["HostConfig"]
+    return {
+        "command": config["Cmd"],
+        "entrypoint": config["Entrypoint"],
+        "image": config["Image"],
+        "environment": sorted(config["Env"]),
+        "ipc": host["IpcMode"],
+        "shm": host["ShmSize"],
+        "ulimits": host["Ulimits"],
+        "devices": host["Devices"],
+        "device requests": host["DeviceRequests"],
+        "groups": host["GroupAdd"],
+        # compose spells a capability as the kernel does (CAP_IPC_LOCK), the SDK as given: one capability
+        "capabilities": [name.removeprefix("CAP_") for name in host["CapAdd"] or []],
+        "security options": host["SecurityOpt"],
+        "mount targets": sorted(mount["Destination"] for mount in attrs["Mounts"]),
+        "health check": config["Healthcheck"],
+        "exposed port": sorted(config.get("ExposedPorts") or {}),
+        "published to": sorted(
+            binding["HostIp"] for bindings in (host["PortBindings"] or {}).values() for binding in bindings
+        ),
+    }
+
+
+@pytest.mark.docker
+def test_validation_starts_the_container_the_compose_file_ships(
+    project: Project, tiny_built: Any, docker_client: docker.DockerClient, tmp_path: Path, no_leftovers: None
+) -> None:
+    deployment = tiny_single(project)
+    spec = deployment.spec(deployment.roles[0])
+    compose_file = ROOT / compose.path(deployment, deployment.roles[0])
+    project_name = f"factory-test-spec-{uuid.uuid4().hex[:8]}"
+    # Settings as a user's shell gives them to compose, and as validation reads them: the same environment.
+    env = {**os.environ, "HF_CACHE": str(tmp_path / "hf"), "API_PORT": str(_free_port())}
+    run = [str(compose_binary()), "-f", str(compose_file), "-p", project_name]
+    try:
+        result = subprocess.run([*run, "up", "-d"], capture_output=True, text=True, env=env, timeout=300)
+        assert result.returncode == 0, result.stderr
+        shipped = docker_client.containers.list(
+            filters={"label": f"com.docker.compose.project={project_name}"}
+        )
+        assert len(shipped) == 1
+        with container.running(spec, uuid.uuid4().hex[:12], tmp_path / "cache") as started:
+            validated = started.container.get_wrapped_container()
+            validated.reload()
+            ours, theirs = _inspected(validated.attrs), _inspected(shipped[0].attrs)
+    finally:
+        subprocess.run([*run, "down", "--timeout", "5"], capture_output=True, env=env, timeout=300)
+    assert ours == theirs, {key: (ours[key], theirs[key]) for key in ours if ours[key] != theirs[key]}
+    assert ours["shm"] == 2 * 1024**3 and ours["capabilities"] == ["IPC_LOCK"]
+    assert ours["published to"] == ["127.0.0.1"]
+    # The listed differences are the only ones: the cache's source, the host port, the labels.
+    assert {d.field for d in container.DIFFERENCES} >= {"volumes", "port", "labels"}
