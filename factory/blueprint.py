@@ -21,12 +21,14 @@ from factory.plan.omni import plan_omni
 from factory.plan.preflight import Finding, preflight
 from factory.plan.running import process_groups
 from factory.plan.runspec import Run
+from factory.plan.versions import JudgedVersion, judged_version
 from factory.project import Project
 from factory.recipes.loader import LoadedRecipe, RecipeProblem, RecipeTree
 from factory.render.hashing import hashed_context
 from factory.render.outputs import OutputFile, compose_outputs
 from factory.synthesis.matrix import Combination, Refusal, combinations, hardware_for
 
+_NOT_JUDGED = JudgedVersion(None, "not judged")
 # vllm-router is its own program: a setting names its image until the factory builds one.
 ROUTER_IMAGE = "$VLLM_ROUTER_IMAGE"
 
@@ -41,6 +43,9 @@ class Blueprint:
     compose_files: tuple[OutputFile, ...]  # every deployment's files under compose/
     findings: tuple[Finding, ...]
     notes: tuple[str, ...]  # what the recipe sets that the factory does not use, with why
+    ignored: tuple[str, ...] = ()  # the recipe's keys the site does not read (factory.recipes.ignored)
+    # The vLLM version the deviation rules were judged by (the lock's, else the recipe's floor)
+    judged: JudgedVersion = _NOT_JUDGED
 
     def deployment(self, strategy: str, nodes: int | None = None) -> Deployment:
         for deployment in self.deployments:
@@ -172,10 +177,13 @@ def finish(
     """Plan one image and everything that follows from it, once."""
     model = loaded.recipe.variants[variant].model_id or loaded.recipe.model.model_id
     weights, _ = weights_of(project, loaded, model)
+    brand = project.tree.taxonomy.hardware_profiles[hardware].brand
+    pinned = pinned_vllm(loaded, project.catalog, brand)
+    judged = judged_version(loaded, variant, hardware, brand, release.vllm, pinned)
     if loaded.recipe.is_omni:
         planned = plan_omni(project, loaded, variant, hardware, weights)
     else:
-        planned = [plan_commands(project, loaded, combo, release.vllm, weights) for combo in combos]
+        planned = [plan_commands(project, loaded, combo, judged.version, weights) for combo in combos]
     spec = plan_image_spec(
         project, loaded, variant, hardware, release, default_command(planned, weights), common_env(planned)
     )
@@ -201,6 +209,8 @@ def finish(
         compose_files=tuple(file for d in deployments for file in compose_outputs(d)),
         findings=tuple(preflight(project, image, [role for d in deployments for role in d.roles])),
         notes=loaded.notes,
+        ignored=tuple(key.field for key in loaded.ignored),
+        judged=judged,
     )
 
 

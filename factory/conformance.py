@@ -1,153 +1,297 @@
-"""Conformance with the upstream recipes site: each of the site's renderings (its JSON API, as the site's own
-build script writes it for a recipes tree) against the factory's rendering of the same recipe, variant,
-hardware and strategy. Flags are compared as sets with their values (the site's last-wins order aside);
-a flag the factory changed on purpose counts when the rendering lists it as a deviation."""
+"""Exact conformance with the upstream recipes site: each of the site's renderings (its JSON API, as the
+site's own build script writes it for a recipes tree) against the factory's rendering of the same recipe,
+variant, hardware and strategy, process by process.
+
+A process is equal when it has the same program, the same served model, the same multiset of flag units (a
+flag with the values after it) and the same environment both ways. Nothing is normalised: placeholders are
+compared by name. Where the factory deviates, the rendering's deviations carry the edits their rules made
+(`{"process", "before", "after"}`, or `{"process", "env", "before", "after"}`); the edits are applied to
+the site's process, and the result must be the factory's exactly. An edit no rule made is a difference.
+
+Every site rendering is compared once, keyed by the site's folder (the recipe id, or a promoted variant's
+model id), never by served model. What has no counterpart is counted both ways with why.
+"""
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from factory.synthesis.args import units
-
-# A whole-token placeholder ($HEAD_IP, ${MASTER_PORT}): the factory and the site may name it differently.
-_PLACEHOLDER = re.compile(r"^\$\{?[A-Za-z_][A-Za-z0-9_]*\}?$")
-Key = tuple[str, str, str, str]  # served model, variant, hardware, strategy
-
-
-def _value(value: object) -> str | None:
-    if value is None:
-        return None
-    text = str(value)
-    return "$SETTING" if _PLACEHOLDER.match(text) else text
+PROGRAMS = ("vllm", "serve", "vllm-omni", "vllm-router", "factory-serve")
+Key = tuple[
+    str, str, str, str
+]  # site folder (recipe id or a promoted variant's model id), variant, hardware, strategy
+FlagUnit = tuple[str, ...]  # a flag and the values after it
 
 
-def parse_argv(argv: Iterable[str]) -> tuple[str | None, dict[str, str | None]]:
-    """`vllm serve MODEL --flags` -> (model, {flag: value}); `--x=v` is `--x v`, `_` is `-` in names."""
-    tokens = [str(t) for t in argv]
-    while tokens and tokens[0] in ("vllm", "serve", "vllm-omni", "factory-serve"):
-        tokens.pop(0)
+@dataclass(frozen=True)
+class Split:
+    """A command as the comparison sees it: program words, served model, flag units."""
+
+    program: tuple[str, ...]
+    model: str | None
+    units: list[FlagUnit]
+
+
+def split(argv: Iterable[object]) -> Split:
+    """`vllm serve MODEL --a 1 --b x y --c=v` -> (vllm serve), MODEL, [(--a 1), (--b x y), (--c v)]."""
+    tokens = [str(token) for token in argv]
+    program: list[str] = []
+    while tokens and tokens[0] in PROGRAMS:
+        program.append(tokens.pop(0))
     model = tokens.pop(0) if tokens and not tokens[0].startswith("-") else None
-    flags: dict[str, str | None] = {}
-    for unit in units(tokens):
-        if unit.flag is None:
-            continue
-        name, value = unit.flag, unit.value
-        if name.startswith("--") and "=" in name:
-            name, value = name.split("=", 1)
-        if name == "--model":
-            model = value
-            continue
-        flags[name.replace("_", "-")] = _value(value)
-    return model, flags
+    found: list[FlagUnit] = []
+    current: list[str] | None = None
+    for token in tokens:
+        # A negative number or a JSON value such as -{...} is a value, not a flag.
+        if token.startswith("-") and not re.match(r"^-\d", token) and not token.startswith("-{"):
+            if current is not None:
+                found.append(tuple(current))
+            current = token.split("=", 1) if token.startswith("--") and "=" in token else [token]
+        elif current is None:
+            found.append(("<positional>", token))
+        else:
+            current.append(token)
+    if current is not None:
+        found.append(tuple(current))
+    return Split(tuple(program), model, found)
 
 
-def oracle_renderings(folder: Path) -> dict[Key, dict[str, Any]]:
-    """The site's single- and multi-node renderings, by (served model, variant, hardware, strategy)."""
-    found: dict[Key, dict[str, Any]] = {}
+def site_processes(data: dict[str, Any]) -> tuple[dict[str, list[str]], dict[str, dict[str, Any]]]:
+    """Each process of a site rendering by the key path the factory's rendering gives it, and each
+    environment the same way. The router's is the shell-split `command` (the site gives it no argv)."""
+    if data.get("deploy_type") == "pd_cluster" or "prefill" in data:
+        processes: dict[str, list[str]] = {}
+        envs: dict[str, dict[str, Any]] = {}
+        for role in ("prefill", "decode"):
+            if isinstance(data.get(role), dict):
+                processes[f"roles.{role}.argv"] = list(data[role].get("argv") or [])
+                envs[f"roles.{role}.env"] = dict(data[role].get("env") or {})
+        router = data.get("router")
+        if isinstance(router, dict) and router.get("command"):
+            processes["roles.router.argv"] = shlex.split(str(router["command"]).replace("\\\n", " "))
+        return processes, envs
+    if "argv" in data:
+        return {"argv": list(data["argv"] or [])}, {"env": dict(data.get("env") or {})}
+    processes = {"head_argv": list(data.get("head_argv") or [])}
+    for index, argv in enumerate(data.get("worker_argvs") or []):
+        processes[f"worker_argvs[{index}]"] = list(argv)
+    return processes, {"env": dict(data.get("env") or {})}
+
+
+def at_path(rendering: dict[str, Any], path: str) -> Any:
+    """`roles.prefill.argv`, `worker_argvs[1]`: the value at a key path, or None."""
+    current: Any = rendering
+    for part in re.findall(r"[^.\[\]]+|\[\d+\]", path):
+        if part.startswith("["):
+            index = int(part[1:-1])
+            current = current[index] if isinstance(current, list) and index < len(current) else None
+        else:
+            current = current.get(part) if isinstance(current, dict) else None
+        if current is None:
+            return None
+    return current
+
+
+@dataclass
+class Oracle:
+    """The site's renderings by key, and what it renders that this check does not compare, with why."""
+
+    renderings: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    uncompared: Counter[str] = field(default_factory=Counter)
+
+
+def oracle_renderings(folder: Path) -> Oracle:
+    """Every (hardware, strategy) rendering file the site's build wrote, each counted once."""
+    oracle = Oracle()
     for path in sorted(folder.rglob("*.json")):
+        relative = path.relative_to(folder).parts
+        if len(relative) < 3 or relative[0] == "strategies":
+            continue  # a recipe's summary, or a strategy's own page
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except ValueError:
             continue
-        if (
-            not isinstance(data, dict)
-            or "strategy" not in data
-            or not ("argv" in data or "head_argv" in data)
-        ):
+        if not isinstance(data, dict) or "strategy" not in data:
             continue
-        if str(data.get("deploy_type", "")).startswith("kv_store") or str(data["strategy"]).startswith(
-            "kv_store"
-        ):
+        key: Key = (
+            "/".join(relative[:2]),
+            str(data.get("variant")),
+            str(data.get("hardware")),
+            str(data["strategy"]),
+        )
+        if key in oracle.renderings:
+            continue  # the default hardware's strategies/ folder repeats hw/<hw>/strategies/
+        if data.get("deploy_type") == "kv_store_lb" or str(data["strategy"]).startswith("kv_store"):
+            oracle.uncompared["site kv_store_lb (Mooncake KV store): not generated by the factory yet"] += 1
             continue
-        model, _ = parse_argv(data.get("argv") or data["head_argv"])
-        found[(str(model), str(data.get("variant")), str(data.get("hardware")), str(data["strategy"]))] = data
-    return found
+        if not any(site_processes(data)[0].values()):
+            continue
+        oracle.renderings[key] = data
+    return oracle
 
 
-def _nodes(rendering: dict[str, Any]) -> list[list[str]]:
-    if rendering.get("argv"):
-        return [rendering["argv"]]
-    return [rendering.get("head_argv") or [], *(rendering.get("worker_argvs") or [])]
+VERDICTS = ("equal", "deviation", "differs", "skipped", "missing")
 
 
 @dataclass
 class Comparison:
     counts: Counter[str] = field(default_factory=Counter)
-    first_differences: Counter[str] = field(default_factory=Counter)
-    examples: dict[str, str] = field(default_factory=dict)  # first difference -> one rendering showing it
+    reasons: Counter[str] = field(default_factory=Counter)  # why a rendering differs or is missing
+    examples: dict[str, str] = field(default_factory=dict)  # reason -> one rendering showing it
+    uncompared: Counter[str] = field(default_factory=Counter)  # either side's, with why
 
     @property
     def total(self) -> int:
-        return sum(self.counts[k] for k in ("equal", "deviation", "differs", "skipped", "missing"))
+        return sum(self.counts[verdict] for verdict in VERDICTS)
 
     @property
     def rate(self) -> float:
-        """Equal or a listed deviation, of the renderings on hardware the factory builds for."""
+        """Equal, or equal after the recorded edits, of the site's renderings on hardware the factory
+        builds for: 1.0 means exact."""
         covered = self.total - self.counts["skipped"]
         return (self.counts["equal"] + self.counts["deviation"]) / covered if covered else 0.0
 
     def table(self) -> str:
         rows = [f"{'result':12} {'renderings':>10}"]
-        rows += [
-            f"{name:12} {self.counts[name]:>10}"
-            for name in ("equal", "deviation", "differs", "skipped", "missing")
-        ]
+        rows += [f"{name:12} {self.counts[name]:>10}" for name in VERDICTS]
         rows.append(f"{'total':12} {self.total:>10}")
-        rows.append(f"conformance (equal or a listed deviation, skipped hardware aside): {self.rate:.4f}")
-        for flag, count in self.first_differences.most_common(10):
-            rows.append(f"  first difference {flag}: {count}, e.g. {self.examples[flag]}")
+        rows.append(
+            f"conformance (equal, or equal after the edits the rules recorded; skipped hardware aside): "
+            f"{self.rate:.4f}"
+        )
+        for reason, count in self.reasons.most_common(10):
+            rows.append(f"  {reason}: {count}, e.g. {self.examples[reason]}")
+        rows.append("not compared:")
+        rows += [f"  {why}: {count}" for why, count in sorted(self.uncompared.items())]
         return "\n".join(rows)
 
 
-def compare(oracle: dict[Key, dict[str, Any]], mine: Iterable[dict[str, Any]]) -> Comparison:
+def compare(oracle: Oracle, mine: Iterable[dict[str, Any]]) -> Comparison:
+    """Each site rendering against the factory's of the same key; both sides' leftovers counted."""
     ours: dict[Key, dict[str, Any]] = {}
-    skipped: set[Key] = set()
-    for line in mine:
-        key_tail = (str(line.get("variant")), str(line.get("hardware")), str(line.get("strategy")))
+    skipped: dict[Key, str] = {}
+    lines = list(mine)
+    # The site's folder is the recipe id, or a promoted variant's model id (whose folder also holds the
+    # renderings of another variant where that one does not fit): both name the recipe.
+    recipe_of = {
+        str(line.get(name)): str(line.get("recipe")) for line in lines for name in ("model", "recipe")
+    }
+    for line in lines:
+        key = (
+            str(line.get("recipe")),
+            str(line.get("variant")),
+            str(line.get("hardware")),
+            str(line.get("strategy")),
+        )
         if line.get("skipped"):
-            skipped.add((str(line.get("model")), *key_tail))
-            continue
-        nodes = _nodes(line)
-        model, _ = parse_argv(nodes[0]) if nodes and nodes[0] else (None, {})
-        ours[(str(line.get("model")), *key_tail)] = line
-        ours[(str(model), *key_tail)] = line
-    result = Comparison()
-    for key, site in oracle.items():
+            skipped.setdefault(key, str(line["skipped"]))
+        elif not line.get("file"):
+            ours.setdefault(key, line)
+    result = Comparison(uncompared=Counter(oracle.uncompared))
+    used: set[int] = set()
+    for site_key, site in oracle.renderings.items():
+        key = (recipe_of.get(site_key[0], site_key[0]), *site_key[1:])
         found = ours.get(key)
         if found is None:
-            result.counts["skipped" if key in skipped else "missing"] += 1
+            why = skipped.get(key) or skipped.get((key[0], key[1], key[2], "None"))
+            # Excused: hardware the factory has no catalog entry for (TPU, XPU, NPU).
+            verdict = "skipped" if why and "no catalog entry" in why else "missing"
+            result.counts[verdict] += 1
+            if verdict == "missing":
+                _note(result, f"missing: {(why or 'no rendering')[:70]}", site_key)
             continue
-        verdict, flag = _judge(site, found)
+        used.add(id(found))
+        verdict, reason = judge(site, found)
         result.counts[verdict] += 1
-        if flag:
-            result.first_differences[flag] += 1
-            result.examples.setdefault(flag, "/".join(key))
+        if reason:
+            _note(result, re.sub(r"\[\d+\]", "[i]", reason), site_key)
+    for line in lines:
+        if line.get("skipped") or line.get("file") or id(line) in used:
+            continue
+        result.uncompared[_why_no_site(line)] += 1
+    for line in lines:
+        if id(line) in used:
+            for pool in ("prefill", "decode"):
+                extra = len(at_path(line, f"roles.{pool}.node_argvs") or []) - 1
+                if extra > 0:
+                    result.uncompared["factory PD ranks above the first (the site renders rank 0)"] += extra
     return result
 
 
-def _judge(site: dict[str, Any], mine: dict[str, Any]) -> tuple[str, str | None]:
-    deviations = {d.get("flag") for d in mine.get("deviations") or [] if isinstance(d, dict)}
-    site_nodes, my_nodes = _nodes(site), _nodes(mine)
-    if len(site_nodes) != len(my_nodes):
-        return "differs", "node count"
-    deviated = False
-    for theirs, ours in zip(site_nodes, my_nodes, strict=True):
-        _, their_flags = parse_argv(theirs)
-        _, our_flags = parse_argv(ours)
-        for name in sorted(set(their_flags) | set(our_flags)):
-            if their_flags.get(name) != our_flags.get(name) or (name in their_flags) != (name in our_flags):
-                if name not in deviations:
-                    return "differs", name
-                deviated = True
-    their_env = {k: _value(v) for k, v in (site.get("env") or {}).items()}
-    our_env = {k: _value(v) for k, v in (mine.get("env") or {}).items()}
-    for name, value in their_env.items():
-        if our_env.get(name) != value and name not in deviations:
-            return "differs", f"env {name}"
-    return ("deviation" if deviated else "equal"), None
+def _why_no_site(line: dict[str, Any]) -> str:
+    if str(line.get("strategy", "")).startswith("omni"):
+        return "factory omni tasks (the site renders no command for omni recipes)"
+    return "factory renderings the site has no file for (hardware, variant or node count of its own)"
+
+
+def _note(result: Comparison, reason: str, key: Key) -> None:
+    result.reasons[reason] += 1
+    result.examples.setdefault(reason, "/".join(key))
+
+
+def _edits(rendering: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        edit
+        for deviation in rendering.get("deviations") or []
+        if isinstance(deviation, dict)
+        for edit in deviation.get("edits") or []
+        if isinstance(edit, dict)
+    ]
+
+
+def judge(site: dict[str, Any], mine: dict[str, Any]) -> tuple[str, str]:
+    """'equal', 'deviation' (equal after the recorded edits) or 'differs', with the first difference."""
+    processes, envs = site_processes(site)
+    edits = _edits(mine)
+    used = False
+    for path, site_argv in processes.items():
+        my_argv = at_path(mine, path)
+        if not isinstance(my_argv, list):
+            return "differs", f"{path}: no such process"
+        theirs, ours = split(site_argv), split(my_argv)
+        if theirs.program != ours.program:
+            return "differs", f"{path}: program"
+        if theirs.model != ours.model:
+            return "differs", f"{path}: served model"
+        expected = list(theirs.units)
+        for edit in edits:
+            if edit.get("process") != path or "env" in edit:
+                continue
+            used = True
+            before, after = tuple(edit.get("before") or ()), tuple(edit.get("after") or ())
+            if before:
+                if before not in expected:
+                    return "differs", f"{path}: an edit removes {' '.join(before)}, which the site lacks"
+                expected.remove(before)
+            if after:
+                expected.append(after)
+        if Counter(expected) != Counter(ours.units):
+            different = (Counter(expected) - Counter(ours.units)) + (Counter(ours.units) - Counter(expected))
+            return "differs", f"{path}: {sorted(different)[0][0]}"
+    for path, site_env in envs.items():
+        expected_env = dict(site_env)
+        for edit in edits:
+            if edit.get("process") != path or "env" not in edit:
+                continue
+            used = True
+            name = str(edit["env"])
+            if edit.get("before") is not None:
+                if expected_env.get(name) != edit["before"]:
+                    return "differs", f"{path}: an edit of {name} does not match the site's value"
+                expected_env.pop(name, None)
+            if edit.get("after") is not None:
+                expected_env[name] = edit["after"]
+        my_env = dict(at_path(mine, path) or {})
+        if expected_env != my_env:
+            names = set(expected_env) ^ set(my_env) | {
+                k for k in expected_env if expected_env[k] != my_env.get(k)
+            }
+            return "differs", f"{path}: {sorted(names)[0]}"
+    return ("deviation" if used else "equal"), ""

@@ -63,12 +63,16 @@ def find_root(start: Path) -> Path:
 
 
 def load_project(
-    root: Path, recipes: Path | None = None, out: Path | None = None, lock: Path | None = None
+    root: Path,
+    recipes: Path | None = None,
+    out: Path | None = None,
+    lock: Path | None = None,
+    strict: bool = False,
 ) -> Project:
     """The project at `root`: recipes from `recipes` (else FACTORY_RECIPES, else root/recipes), output to
-    `out` (else root)."""
+    `out` (else root). `strict`: a recipe with a key the site would ignore is refused."""
     chosen = recipes or (Path(os.environ["FACTORY_RECIPES"]) if os.environ.get("FACTORY_RECIPES") else None)
-    tree = load_tree(chosen or root / "recipes")
+    tree = load_tree(chosen or root / "recipes", strict)
     out = out or root
     own_tree = tree.root.resolve() == (root / "recipes").resolve()
     lock_path = lock or ((root / "recipes" if own_tree else out) / "lock" / LOCK_NAME)

@@ -1,7 +1,9 @@
 """`factory renderings`: every deployment the factory generates as one JSON object, in the shape of the
 upstream recipes site's JSON API (`argv` for one node; `head_argv` and `worker_argvs` for several; `prefill`,
-`decode` and `router` for pd_cluster), plus the image, the deviations and their reasons. Combinations the
-factory does not generate are objects with the same keys and `skipped: <reason>`."""
+`decode` and `router` for pd_cluster), plus the image and the deviations: each with its reason and the edits
+its rule made, keyed by the process's path in this object (`argv`, `head_argv`, `worker_argvs[0]`,
+`roles.prefill.argv`, ...). Combinations the factory does not generate are objects with the same keys and
+`skipped: <reason>`."""
 
 from __future__ import annotations
 
@@ -24,7 +26,9 @@ def rendering(blueprint: Blueprint, deployment: Deployment) -> dict[str, Any]:
         "deploy_type": deployment.deploy_type,
         "recommended": deployment.recommended,
         "image": image.reference,
-        "vllm_version": image.vllm_version,
+        # The version the deviation rules were judged by: the lock's, else the recipe's floor, else unknown.
+        "vllm_version": blueprint.judged.text,
+        "vllm_version_from": blueprint.judged.source,
         "buildable": image.install is not None,
     }
     vllm_roles = [role for role in deployment.roles if role.program == "vllm"]
@@ -37,7 +41,11 @@ def rendering(blueprint: Blueprint, deployment: Deployment) -> dict[str, Any]:
     else:
         found["env"] = vllm_roles[0].env
         found["argv"] = vllm_roles[0].argv
-    found["deviations"] = [{"flag": d.flag, "reason": d.reason} for d in deployment.deviations]
+    found["ignored"] = list(blueprint.ignored)
+    found["deviations"] = [
+        {"flag": d.flag, "reason": d.reason, "edits": [edit.model_dump() for edit in d.edits]}
+        for d in deployment.deviations
+    ]
     return found
 
 

@@ -13,11 +13,15 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from types import UnionType
+from typing import Any, Union, get_args, get_origin
 
 import pytest
 import yaml
+from pydantic import BaseModel
 
 from factory.conformance import compare, oracle_renderings
+from factory.recipes.schema import Recipe
 from tests.conftest import ROOT, run_factory
 
 FLOOR = json.loads((ROOT / "tests" / "data" / "conformance-floor.json").read_text())["rate"]
@@ -40,27 +44,37 @@ def upstream() -> Path:
 
 @pytest.fixture(scope="module")
 def oracle(upstream: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    build_api = _needs("FACTORY_RECIPES_ORACLE")
-    out = tmp_path_factory.mktemp("oracle")
-    result = subprocess.run(
-        [str(build_api), str(upstream), str(out)], capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stderr
-    return out
+    return run_site(upstream, tmp_path_factory.mktemp("oracle"))
 
 
-def renderings(tree: Path) -> list[dict[str, object]]:
+def renderings(tree: Path) -> list[dict[str, Any]]:
     result = run_factory(ROOT, "renderings", "--recipes", str(tree), "--json")
     assert result.returncode == 0, result.stderr[-2000:]
     return [json.loads(line) for line in result.stdout.splitlines()]
 
 
-def test_every_upstream_rendering_matches_the_site_or_lists_why(upstream: Path, oracle: Path) -> None:
-    comparison = compare(oracle_renderings(oracle), renderings(upstream))
+def run_site(tree: Path, out: Path) -> Path:
+    build_api = _needs("FACTORY_RECIPES_ORACLE")
+    result = subprocess.run(
+        [str(build_api), str(tree), str(out)], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+def test_every_upstream_rendering_matches_the_site_exactly_or_by_its_recorded_edits(
+    upstream: Path, oracle: Path
+) -> None:
+    site = oracle_renderings(oracle)
+    comparison = compare(site, renderings(upstream))
     print(comparison.table())
     assert comparison.counts["missing"] == 0, comparison.table()
     assert comparison.rate >= FLOOR, comparison.table()
     assert comparison.counts["skipped"] <= comparison.total // 10, "skips beyond TPU/XPU/Ascend hardware"
+    # Every kind of process is compared: one node, head and workers, both PD pools and the router.
+    kinds = {data.get("deploy_type") for data in site.renderings.values()}
+    assert {"single_node", "multi_node", "pd_cluster"} <= kinds
+    assert comparison.uncompared, "what either side renders without a counterpart is counted with why"
 
 
 @pytest.fixture(scope="module")
@@ -94,12 +108,74 @@ def test_one_broken_recipe_is_reported_and_the_others_still_render(upstream: Pat
     shutil.copytree(upstream, tree)
     victim = sorted((tree / "models").glob("*/*.yaml"))[0]
     data = yaml.safe_load(victim.read_text())
-    data["model"]["base_arg"] = data["model"].pop("base_args")
+    data["model"]["context_length"] = "a million"  # a known key with a value no one can use
     victim.write_text(yaml.safe_dump(data))
     result = run_factory(ROOT, "renderings", "--recipes", str(tree), "--json")
     assert result.returncode == 1, "a bad recipe makes the run fail, after everything else is done"
     lines = [json.loads(line) for line in result.stdout.splitlines()]
-    bad = [line for line in lines if line.get("file") and "base_arg" in str(line.get("skipped"))]
+    bad = [line for line in lines if line.get("file") and "model.context_length" in str(line.get("skipped"))]
     assert len(bad) == 1 and bad[0]["recipe"] == f"{victim.parent.name}/{victim.stem}"
     rendered = {line["recipe"] for line in lines if "argv" in line or "head_argv" in line or "roles" in line}
     assert len(rendered) >= len(list((tree / "models").glob("*/*.yaml"))) - 1 - 20  # omni-only ones aside
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models a field's type may hold directly (X, X | None, X | Literal[False])."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    if get_origin(annotation) in (Union, UnionType):
+        return [m for arg in get_args(annotation) for m in _models_in(arg)]
+    return []
+
+
+def plant_unknown_keys(data: Any, model: type[BaseModel]) -> int:
+    """An unknown key in every schema-keyed mapping of a recipe, and an unknown hardware in every
+    per-hardware override map; returns how many were planted."""
+    if not isinstance(data, dict):
+        return 0
+    planted = 0
+    for key, value in list(data.items()):
+        field = model.model_fields.get(str(key))
+        if field is None:
+            continue
+        annotation = field.annotation
+        for candidate in _models_in(annotation):
+            planted += plant_unknown_keys(value, candidate)
+            break
+        else:
+            inner = [a for a in get_args(annotation) if get_origin(a) in (dict, list)] or [annotation]
+            kind = inner[0]
+            if get_origin(kind) is dict and isinstance(value, dict):
+                members = _models_in(get_args(kind)[1])
+                for item in value.values():
+                    planted += sum(plant_unknown_keys(item, m) for m in members[:1])
+                if key == "hardware_overrides" and members:
+                    value["zz_unknown_gpu"] = {}
+                    planted += 1
+            elif get_origin(kind) is list and isinstance(value, list):
+                members = [m for arg in get_args(kind) for m in _models_in(arg)]
+                for item in value:
+                    planted += sum(plant_unknown_keys(item, m) for m in members[:1])
+    data["zz_unknown_key"] = "planted"
+    return planted + 1
+
+
+def test_unknown_keys_at_every_schema_level_stop_no_recipe_and_change_no_command(
+    upstream: Path, oracle: Path, tmp_path: Path
+) -> None:
+    tree = tmp_path / "tree"
+    shutil.copytree(upstream, tree)
+    recipes = sorted((tree / "models").glob("*/*.yaml"))
+    planted = 0
+    for path in recipes:
+        data = yaml.safe_load(path.read_text())
+        planted += plant_unknown_keys(data, Recipe)
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert planted > 10 * len(recipes)  # 1,322 in the 111 recipes of 2026-11
+    lines = renderings(tree)
+    assert not [line for line in lines if line.get("file")], "every recipe loads"
+    rendered = [line for line in lines if not line.get("skipped")]
+    assert all(line["ignored"] for line in rendered), "each rendering lists what was ignored"
+    # The site renders the planted tree too, and the factory's commands still match it exactly.
+    comparison = compare(oracle_renderings(run_site(tree, tmp_path / "site")), lines)
+    assert comparison.counts["missing"] == 0 and comparison.rate == 1.0, comparison.table()

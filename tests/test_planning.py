@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from factory.blueprint import plan_project, plan_recipe
-from factory.plan.models import Deployment, ImagePlan
+from factory.plan.models import Deployment, FlagEdit, ImagePlan
 from factory.plan.preflight import preflight
 from factory.project import Project, load_project
 from factory.recipes.loader import load_tree
@@ -87,15 +87,23 @@ def test_multi_node_flags_per_strategy_and_their_deviations(project: Project) ->
     assert head[:4] == ["--tensor-parallel-size", "16", *rendezvous]
     assert head[4:] == [
         "--node-rank", "0", "--master-addr", "$HEAD_IP",
-        "--distributed-executor-backend", "mp", "--master-port", "$MASTER_PORT",
+        "--master-port", "$MASTER_PORT",
         "--host", "$BIND_ADDRESS",
     ]  # fmt: skip
     assert "--host" not in worker, "a headless worker serves no API"
     assert worker[4:7] == ["--node-rank", "1", "--master-addr"] and "--headless" in worker
     assert [role.serves_http for role in tp.roles] == [True, False]
-    assert {d.flag for d in tp.deviations} == {"--distributed-executor-backend", "--master-port", "--host"}
-    rendezvous_fixes = [d for d in tp.deviations if d.flag != "--host"]
-    assert all("29447" in d.reason or "rendezvous port" in d.reason for d in rendezvous_fixes)
+    # vLLM picks the multiprocessing backend itself with --nnodes > 1 (0.11.1 on): no flag for it.
+    assert {d.flag for d in tp.deviations} == {"--master-port", "--host"}
+    port = next(d for d in tp.deviations if d.flag == "--master-port")
+    assert "rendezvous port" in port.reason
+    # Each rule recorded what it changed on which process, in the rendering's key paths.
+    assert port.edits == [
+        FlagEdit(process=path, before=[], after=["--master-port", "$MASTER_PORT"])
+        for path in ("head_argv", "worker_argvs[0]")
+    ]
+    host = next(d for d in tp.deviations if d.flag == "--host")
+    assert host.edits == [FlagEdit(process="head_argv", before=[], after=["--host", "$BIND_ADDRESS"])]
     pp = deployment(project, "h200", "multi_node_tp_pp")
     assert pp.roles[1].args[4:8] == ["--tensor-parallel-size", "8", "--pipeline-parallel-size", "2"]
     tep = deployment(project, "h200", "multi_node_tep")

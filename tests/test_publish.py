@@ -21,8 +21,14 @@ from docker.errors import ImageNotFound
 from factory.blueprint import plan_project
 from factory.errors import InputError, RefusedError
 from factory.plan.models import ImagePlan
-from factory.project import Project
-from factory.publish.platforms import DOCKER_LIST, DOCKER_MANIFEST, platform_groups, push_platform_list
+from factory.project import Project, load_project
+from factory.publish.platforms import (
+    DOCKER_LIST,
+    DOCKER_MANIFEST,
+    platform_groups,
+    push_platform_list,
+    recipe_groups,
+)
 from factory.publish.publisher import publish_image
 from factory.publish.pusher import PushFailed, push
 from factory.publish.registry import Credentials, manifest_digest, registry_request
@@ -299,3 +305,32 @@ def test_the_kimi_recipe_joins_blackwell_trays_with_their_x86_twins(project: Pro
         "vllm0.11.2-sm_100-default": [("b200", "linux/amd64"), ("gb200", "linux/arm64")],
         "vllm0.11.2-sm_103-default": [("b300", "linux/amd64"), ("gb300", "linux/arm64")],
     }
+
+
+def test_publish_platforms_finds_a_recipe_whose_model_id_differs_from_its_file_name(scratch: Path) -> None:
+    """The recipe id (<org>/<file name>) and the served model id are kept apart: the groups are found by
+    the recipe's id whichever of the two names it on the command line."""
+    old = scratch / "recipes" / "models" / "moonshotai" / "Kimi-Linear-48B-A3B-Instruct.yaml"
+    old.rename(old.with_name("kimi-linear.yaml"))
+    lock_path = scratch / "recipes" / "lock" / "vllm.lock.json"
+    lock = json.loads(lock_path.read_text())
+    lock["releases"]["moonshotai/kimi-linear"] = lock["releases"].pop(
+        "moonshotai/Kimi-Linear-48B-A3B-Instruct"
+    )
+    lock_path.write_text(json.dumps(lock))
+    project = load_project(scratch)
+    loaded = project.tree.recipe("moonshotai/Kimi-Linear-48B-A3B-Instruct")
+    assert (loaded.recipe_id, loaded.model_id) == (
+        "moonshotai/kimi-linear",
+        "moonshotai/Kimi-Linear-48B-A3B-Instruct",
+    )
+    images = [blueprint.image for blueprint in plan_project(project).images]
+    assert [group.tag for group in recipe_groups(loaded.recipe_id, images)] == [
+        "vllm0.11.2-sm_100-default",
+        "vllm0.11.2-sm_103-default",
+    ]
+    # The command joins them (here: tries to, at a registry nothing listens on) instead of finding none.
+    for name in ("moonshotai/Kimi-Linear-48B-A3B-Instruct", "moonshotai/kimi-linear"):
+        result = run_factory(scratch, "publish-platforms", name, "--registry", "127.0.0.1:9")
+        assert "nothing to join" not in result.stdout, result.stdout
+        assert result.returncode == 2 and "could not be reached" in result.stderr, result.stderr

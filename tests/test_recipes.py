@@ -57,12 +57,12 @@ def _kimi_files(root: Path) -> dict[str, bytes]:
     return {k: v for k, v in tree_snapshot(root).items() if "kimi-linear" in k}
 
 
-def _fails_clearly(root: Path, *expected: str) -> str:
+def _fails_clearly(root: Path, *expected: str, strict: bool = False) -> str:
     """A bad recipe is that recipe's problem: named in one line, its files kept, the others generated."""
     before = _kimi_files(root)
     tiny = root / "images" / "tiny-random-llama"
     shutil.rmtree(tiny)  # proof that the good recipe is still generated
-    result = run_factory(root, "generate")
+    result = run_factory(root, "generate", *(["--strict"] if strict else []))
     assert result.returncode == 1, result.stdout + result.stderr
     line = next(line for line in result.stderr.splitlines() if line.startswith("bad recipe:"))
     for text in expected:
@@ -85,17 +85,30 @@ def _fails_for_everything(root: Path, *expected: str) -> None:
     assert tree_snapshot(root) == before
 
 
-def test_typo_in_a_field_names_file_field_and_valid_fields(scratch: Path) -> None:
+def _ignored_with_a_warning(root: Path, *expected: str) -> str:
+    """A key the site ignores stops nothing: the recipe generates, with one warning line naming it."""
+    result = run_factory(root, "generate")
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("ignored keys in ")]
+    assert len(lines) == 1, result.stderr
+    for text in expected:
+        assert text in lines[0], lines[0]
+    return lines[0]
+
+
+def test_a_typo_in_a_field_is_ignored_with_a_did_you_mean_and_refused_when_strict(scratch: Path) -> None:
     _edit(scratch, lambda d: d["model"].update(base_arg=d["model"].pop("base_args")))
-    line = _fails_clearly(
-        scratch, str(KIMI_FILE), "model.base_arg", "unknown field", "did you mean: 'base_args'"
+    _ignored_with_a_warning(
+        scratch, "moonshotai/Kimi-Linear-48B-A3B-Instruct", "model.base_arg", "'base_args'"
     )
-    assert "valid:" in line and "(a typo?)" not in line
+    line = _fails_clearly(scratch, str(KIMI_FILE), "model.base_arg", "--strict", "'base_args'", strict=True)
+    assert "the site" in line
 
 
-def test_unknown_hardware_override_key(scratch: Path) -> None:
+def test_an_unknown_hardware_override_key_is_ignored_and_refused_when_strict(scratch: Path) -> None:
     _edit(scratch, lambda d: d["hardware_overrides"].update(amdd=d["hardware_overrides"].pop("amd")))
-    _fails_clearly(scratch, "hardware_overrides.amdd", "unknown hardware, brand or generation", "'amd'")
+    _ignored_with_a_warning(scratch, "hardware_overrides.amdd", "names no hardware", "'amd'")
+    _fails_clearly(scratch, "hardware_overrides.amdd", "names no hardware", "'amd'", strict=True)
 
 
 def test_unknown_strategy(scratch: Path) -> None:

@@ -168,18 +168,21 @@ class DeviationRule(Strict):
     # Appended (the flag and its value) unless the command already has `flag`; {bind_address} is the address
     # the process must listen on: its own node's for a PD pool (the router calls it), else $BIND_ADDRESS.
     add: list[str] = []
-    replace_values: dict[
-        str, str
-    ] = {}  # the flag's value -> its replacement; {context_length} is the model's
-    vllm: str | None = None  # a PEP 440 specifier: only for these vLLM versions (and unresolved ones)
+    # Split an entry holding a flag and its value (`--max-model-len auto`) into the two words it is.
+    split_flag_and_value: bool = False
+    # The flag's value -> its replacement ({context_length} is the model's), or null to drop the flag.
+    replace_values: dict[str, str | None] = {}
+    # A PEP 440 specifier: only for these vLLM versions. With no readable version (a `nightly` image, no
+    # lock and no floor) an `add` rule still applies; a rule that changes the recipe's own flag does not.
+    vllm: str | None = None
     sources: list[str] = []
 
     def applies_to(self, version: str | None) -> bool:
-        return (
-            self.vllm is None
-            or version is None
-            or SpecifierSet(self.vllm).contains(version, prereleases=True)
-        )
+        if self.vllm is None:
+            return True
+        if version is None:
+            return not self.replace_values
+        return SpecifierSet(self.vllm).contains(version, prereleases=True)
 
 
 class Catalog(Strict):
@@ -188,7 +191,7 @@ class Catalog(Strict):
     installs: dict[str, Install]
     hardware: dict[str, Hardware]
     known_bad: dict[str, list[KnownBadPin]] = {}  # model_id -> versions that break it
-    # model_id -> the only hardware to build it for (the tiny self-test model is for the CPU target)
+    # recipe id (<org>/<file name>) -> the only hardware to build it for (the tiny self-test model: CPU)
     only_hardware: dict[str, list[str]] = {}
     # The recipe built for a hardware when none is named (nox -s build-<hw>, CI, the benchmark):
     # `default`, or the hardware's own entry.

@@ -18,7 +18,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         root = args.root or find_root(Path.cwd())
         project = load_project(
-            root, getattr(args, "recipes", None), getattr(args, "out", None), getattr(args, "lock", None)
+            root,
+            getattr(args, "recipes", None),
+            getattr(args, "out", None),
+            getattr(args, "lock", None),
+            getattr(args, "strict", False),
         )
         result: int = args.func(project, args)
         return result

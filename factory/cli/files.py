@@ -12,8 +12,14 @@ from factory.project import Project
 
 def cmd_generate(project: Project, args: argparse.Namespace) -> int:
     from factory.generate import generate, lock_problems
+    from factory.recipes.ignored import summary as ignored_summary
 
     result = generate(project, check=args.check, nodes=args.nodes)
+    for line in project.tree.ignored:  # keys of the shared strategy files
+        warn(line)
+    for loaded in project.tree.recipes.values():  # one line per recipe: --strict makes them errors
+        if loaded.ignored:
+            warn(ignored_summary(loaded.recipe_id, loaded.ignored))
     if not args.check:
         for problem in lock_problems(project):  # --check lists it among the stale files
             warn(f"{problem}: an image gets its Dockerfile once the lock holds its release")

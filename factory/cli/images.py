@@ -122,15 +122,17 @@ def cmd_sbom(project: Project, args: argparse.Namespace) -> int:
 
 def cmd_publish_platforms(project: Project, args: argparse.Namespace) -> int:
     from factory.blueprint import plan_project
-    from factory.publish.platforms import publish_platform_groups
+    from factory.publish.platforms import publish_platform_groups, recipe_groups
     from factory.settings import registry_of
 
     registry = registry_of(project.root, args.registry)
-    recipe_id = project.tree.recipe(args.model).model_id
-    images = [blueprint.image for blueprint in plan_project(project).images]
-    published = publish_platform_groups(registry, recipe_id, images)
+    loaded = project.tree.recipe(args.model)
+    groups = recipe_groups(loaded.recipe_id, [blueprint.image for blueprint in plan_project(project).images])
+    published = publish_platform_groups(registry, groups)
     if not published:
-        say(f"{recipe_id}: no images that differ only in platform; nothing to join")
+        say(
+            f"{loaded.recipe_id} ({loaded.model_id}): no images that differ only in platform; nothing to join"
+        )
     for line in published:
         say(line)
     return 0

@@ -68,6 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         help="the lock file (default: recipes/lock/vllm.lock.json for the project's recipes, else in --out)",
     )
+    tree.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse a recipe with a key the site ignores (default: warn, and ignore it as the site does)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     original = sub.add_parser
 

@@ -8,7 +8,7 @@ from typing import Literal
 
 from factory.plan.deviations import Process as Facts
 from factory.plan.deviations import apply
-from factory.plan.models import Deviation, NodeRole
+from factory.plan.models import Deviation, FlagEdit, NodeRole
 from factory.project import Project
 from factory.recipes.loader import LoadedRecipe
 from factory.recipes.schema import EnvValue
@@ -74,6 +74,13 @@ class _Finisher:
         self.bundled = loaded.bundled_model_dir is not None
         self.deviations: dict[str, Deviation] = {}
 
+    def record(self, deviation: Deviation) -> None:
+        """One deviation per rule for the deployment, with the edits it made on every process."""
+        known = self.deviations.get(deviation.flag)
+        if known is not None:
+            deviation = known.model_copy(update={"edits": [*known.edits, *deviation.edits]})
+        self.deviations[deviation.flag] = deviation
+
     def roles(self) -> list[NodeRole]:
         command = self.command
         if command.deploy_type == "pd_cluster":
@@ -101,13 +108,18 @@ class _Finisher:
     def role(self, name: str, rank: int, process: Process, pool: str | None = None) -> NodeRole:
         # A PD pool's node listens on its own address (the router calls it); others where the user says.
         bind = f"${pool.upper()}_NODE_{rank + 1}" if pool else "$BIND_ADDRESS"
+        path = self.path(rank, pool)
         about = Facts(
-            self.version, self.recipe.model.context_length, self.command.deploy_type != "single_node", bind
+            self.version,
+            self.recipe.model.context_length,
+            self.command.deploy_type != "single_node",
+            bind,
+            path,
         )
         flags, applied = apply(self.rules, process.args, about)
         for deviation in applied:
-            self.deviations.setdefault(deviation.flag, deviation)
-        flags = [*self.model_flags(), *flags]
+            self.record(deviation)
+        flags = [*self.model_flags(path), *flags]
         return NodeRole(
             name=name,
             pool=pool,
@@ -117,21 +129,34 @@ class _Finisher:
             env={key: env_text(value) for key, value in process.env.items()},
         )
 
-    def model_flags(self) -> list[str]:
+    def path(self, rank: int, pool: str | None) -> str:
+        """The process's key path in a rendering (factory.renderings), which its edits name."""
+        if pool:
+            return f"roles.{pool}.argv" if rank == 0 else f"roles.{pool}.node_argvs[{rank}]"
+        if len(self.command.nodes) > 1:
+            return "head_argv" if rank == 0 else f"worker_argvs[{rank - 1}]"
+        return "argv"
+
+    def model_flags(self, path: str) -> list[str]:
         """What the factory adds before the site's flags: the served name of a model the image carries, and
         the pinned revision of code and weights (--trust-remote-code runs the repository's code)."""
         flags = []
         if self.bundled:
-            flags += ["--served-model-name", self.command.model]
-            self.deviations.setdefault(
-                "--served-model-name",
-                Deviation(
-                    flag="--served-model-name", reason="the image carries the model; it serves it by its id"
-                ),
+            served = ["--served-model-name", self.command.model]
+            flags += served
+            why = "the image carries the model; it serves it by its id"
+            self.record(
+                Deviation(flag=served[0], reason=why, edits=[FlagEdit(process=path, before=[], after=served)])
             )
         revision = self.recipe.model.revision
         if revision:
-            flags += ["--revision", revision, "--code-revision", revision]
+            for flag in ("--revision", "--code-revision"):
+                pinned = [flag, revision]
+                flags += pinned
+                why = "the recipe pins the model's revision (weights and, with --trust-remote-code, code)"
+                self.record(
+                    Deviation(flag=flag, reason=why, edits=[FlagEdit(process=path, before=[], after=pinned)])
+                )
         return flags
 
 

@@ -1,5 +1,6 @@
 """Apply the catalog's deviation rules to a process's flags: where and why the factory's commands differ
-from the upstream site's. The rules are data (catalog/deviations.yaml); this module only matches them."""
+from the upstream site's. The rules are data (catalog/deviations.yaml); this module only matches them, and
+records each change a rule makes as it makes it (the site's tokens before, the factory's after)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from factory.catalog.schema import DeviationRule
-from factory.plan.models import Deviation
+from factory.plan.models import Deviation, FlagEdit
+from factory.recipes.grammar import FLAG_AND_VALUE
 from factory.synthesis.args import units
 
 
@@ -15,31 +17,51 @@ from factory.synthesis.args import units
 class Process:
     """What the rules may ask about the process they change."""
 
-    version: str | None  # the vLLM release it runs (None: not locked yet)
+    version: str | None  # the vLLM release it would run (None: no readable version, e.g. `nightly`)
     context_length: int | None  # the model's
     host_network: bool  # its deployment runs on the host's network
     bind_address: str  # where it should listen when it is on the host's network
+    path: str = "argv"  # its key path in a rendering: argv, head_argv, worker_argvs[0], roles.prefill.argv
 
 
 def apply(
     rules: Sequence[DeviationRule], args: Sequence[str], process: Process
 ) -> tuple[list[str], list[Deviation]]:
-    """The flags after every matching rule, and the rules that changed them."""
+    """The flags after every matching rule, and the rules that changed them with the edits they made."""
     result = list(args)
     values = _values(result)
     applied: list[Deviation] = []
     for rule in rules:
-        changed = _apply_one(rule, result, values, process)
+        changed = (
+            _split(result, process)
+            if rule.split_flag_and_value
+            else _apply_one(rule, result, values, process)
+        )
         if changed is not None:
-            result = changed
+            result, edits = changed
             values = _values(result)
-            applied.append(_deviation(rule))
+            applied.append(_deviation(rule, edits))
     return result, applied
 
 
-def _deviation(rule: DeviationRule) -> Deviation:
+def _deviation(rule: DeviationRule, edits: list[FlagEdit]) -> Deviation:
     source = f" (source: {'; '.join(rule.sources)})" if rule.sources else ""
-    return Deviation(flag=rule.flag, reason=" ".join(rule.reason.split()) + source)
+    return Deviation(flag=rule.flag, reason=" ".join(rule.reason.split()) + source, edits=edits)
+
+
+def _split(args: list[str], process: Process) -> tuple[list[str], list[FlagEdit]] | None:
+    """Each `--flag value` entry as the two words the page's shell reads."""
+    flags: list[str] = []
+    edits: list[FlagEdit] = []
+    for token in args:
+        match = FLAG_AND_VALUE.fullmatch(token)
+        if match is None:
+            flags.append(token)
+            continue
+        words = [match.group("flag"), match.group("value")]
+        flags += words
+        edits.append(FlagEdit(process=process.path, before=[token], after=words))
+    return (flags, edits) if edits else None
 
 
 def _values(args: list[str]) -> dict[str, str | None]:
@@ -49,8 +71,8 @@ def _values(args: list[str]) -> dict[str, str | None]:
 
 def _apply_one(
     rule: DeviationRule, args: list[str], values: dict[str, str | None], process: Process
-) -> list[str] | None:
-    """The flags after this rule, or None when it does not match."""
+) -> tuple[list[str], list[FlagEdit]] | None:
+    """The flags after this rule and the edit it made, or None when it does not match."""
     matches = (
         rule.applies_to(process.version)
         and (process.host_network or not rule.when_host_network)
@@ -61,16 +83,14 @@ def _apply_one(
     if not matches:
         return None
     if rule.add and rule.flag not in values:
-        return [*args, *(token.format(bind_address=process.bind_address) for token in rule.add)]
+        added = [token.format(bind_address=process.bind_address) for token in rule.add]
+        return [*args, *added], [FlagEdit(process=process.path, before=[], after=added)]
     value = values.get(rule.flag)
     if value is None or value not in rule.replace_values:
         return None
     template = rule.replace_values[value]
-    if "{context_length}" in template and process.context_length is None:
+    if template is not None and "{context_length}" in template and process.context_length is None:
         return None  # nothing to put in its place: the parser check will judge the value as it is
-    replacement = template.format(context_length=process.context_length)
-    return [
-        token
-        for unit in units(args)
-        for token in ([rule.flag, replacement] if unit.flag == rule.flag else unit.tokens())
-    ]
+    after = [] if template is None else [rule.flag, template.format(context_length=process.context_length)]
+    flags = [token for unit in units(args) for token in (after if unit.flag == rule.flag else unit.tokens())]
+    return flags, [FlagEdit(process=process.path, before=[rule.flag, value], after=after)]

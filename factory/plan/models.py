@@ -150,11 +150,32 @@ class NodeRole(Frozen):
         return ["vllm", "serve", *self.args] if self.program == "vllm" else ["vllm-router", *self.args]
 
 
+class FlagEdit(Frozen):
+    """One change a deviation rule made to a process's flags: the site's tokens (`before`, empty when the
+    site has none) became the factory's (`after`, empty when the factory dropped them). `process` is the
+    process's key path in a rendering (`argv`, `head_argv`, `worker_argvs[0]`, `roles.prefill.argv`, ...)."""
+
+    process: str
+    before: list[str]
+    after: list[str]
+
+
+class EnvEdit(Frozen):
+    """One change a deviation rule made to a process's environment (None: the variable is not set)."""
+
+    process: str  # `env`, `roles.prefill.env`, ...
+    env: str
+    before: str | None
+    after: str | None
+
+
 class Deviation(Frozen):
-    """Where this deployment's commands differ from the upstream site's, and why."""
+    """Where this deployment's commands differ from the upstream site's, why, and exactly how: each edit
+    was recorded by the rule when it was applied, never found by comparing with the site."""
 
     flag: str
     reason: str
+    edits: list[FlagEdit | EnvEdit] = []
 
 
 class Deployment(Frozen):

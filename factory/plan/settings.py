@@ -23,7 +23,7 @@ class Setting:
 SETTINGS: dict[str, Setting] = {
     "HEAD_IP": Setting(None, "address of the head node, reachable from every node"),
     "MASTER_PORT": Setting("29501", "torch.distributed rendezvous port on the head (vLLM's default)"),
-    "DP_RPC_PORT": Setting("13345", "data-parallel RPC port on the head"),
+    "DP_RPC_PORT": Setting("29550", "data-parallel RPC port on the head"),
     "IFACE_NAME": Setting(None, "network interface NCCL and Gloo use on every node (e.g. eth0, ib0)"),
     "RENDER_GID": Setting(
         None, "the host's render group id, owner of /dev/kfd (getent group render | cut -d: -f3)"
@@ -56,7 +56,7 @@ def known_setting(name: str) -> Setting | None:
         match = pattern.match(name)
         if match:
             groups = [match.group(0), *(g.lower() for g in match.groups())]
-            return Setting("13345" if "DP_RPC_PORT" in name else None, why.format(*groups))
+            return Setting("29550" if "DP_RPC_PORT" in name else None, why.format(*groups))
     return None
 
 

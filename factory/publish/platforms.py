@@ -135,9 +135,14 @@ def push_platform_list(
     return digest
 
 
-def publish_platform_groups(registry: str, recipe_id: str, images: list[ImagePlan]) -> list[str]:
-    """Join every platform group of one recipe under its multi-platform tag; one line per list pushed."""
-    groups = [group for group in platform_groups(images) if group.members[0].recipe_id == recipe_id]
+def recipe_groups(recipe_id: str, images: list[ImagePlan]) -> list[PlatformGroup]:
+    """The platform groups of one recipe, by its recipe id (<org>/<file name>), never its model id: the
+    two differ where a recipe's file is not named after its model."""
+    return [group for group in platform_groups(images) if group.members[0].recipe_id == recipe_id]
+
+
+def publish_platform_groups(registry: str, groups: list[PlatformGroup]) -> list[str]:
+    """Join each platform group under its multi-platform tag; one line per list pushed."""
     credentials = credentials_for(split_registry(registry)[0])
     published = []
     for group in groups:

@@ -49,6 +49,11 @@ def identity(name: str) -> str:
     return name.lower() if name.isascii() else name
 
 
+# `--max-model-len auto` in one entry: a flag and one value that does not start with `-`, as the page's shell
+# reads it (two words). The site's argv keeps it as one token; a deviation rule splits it in two.
+FLAG_AND_VALUE = re.compile(r"(?P<flag>--?[A-Za-z0-9][A-Za-z0-9_.-]*) (?P<value>[^\s-]\S*)")
+
+
 def check_name(value: str, path: Path, field: str, what: str) -> None:
     if not NAME.fullmatch(value) or set(value) == {"."} or len(value) > MAX_NAME:
         raise InputError(
@@ -129,7 +134,11 @@ def _check_flags(flags: list[Any], path: Path, field: str) -> None:
         if not isinstance(flag, str):
             continue
         where = f"{field}[{index}]"
-        if flag.startswith("-") and re.search(r"\s", flag.split("=", 1)[0]):
+        if (
+            flag.startswith("-")
+            and re.search(r"\s", flag.split("=", 1)[0])
+            and not FLAG_AND_VALUE.fullmatch(flag)
+        ):
             raise InputError("whitespace in a flag's name", file=path, field=where, value=flag)
         name, equals, given = flag.partition("=")
         if not equals:

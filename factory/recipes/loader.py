@@ -15,6 +15,7 @@ from pathlib import Path
 
 from factory.errors import FactoryError, InputError
 from factory.recipes.grammar import check_model_id, check_name, check_values, identity
+from factory.recipes.ignored import IgnoredKey, extra_keys, ignored_keys, known_data, refuse
 from factory.recipes.schema import NOT_USED, InstallSection, Recipe
 from factory.recipes.tree_schema import KvStore, Strategy, Taxonomy
 from factory.yamlfile import load_model
@@ -29,6 +30,7 @@ class LoadedRecipe:
     # (config and tokenizer of a tiny test model); the image copies them in and serves that folder.
     bundled_model_dir: Path | None
     notes: tuple[str, ...] = ()  # what the recipe says that the factory does not use, and why
+    ignored: tuple[IgnoredKey, ...] = ()  # keys the site does not read either (factory.recipes.ignored)
 
     @property
     def model_id(self) -> str:
@@ -56,6 +58,7 @@ class RecipeTree:
     kv_stores: dict[str, KvStore] = field(default_factory=dict)
     recipes: dict[str, LoadedRecipe] = field(default_factory=dict)
     problems: list[RecipeProblem] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)  # shared files' keys the site does not read, a line each
 
     def recipe(self, name: str) -> LoadedRecipe:
         """A recipe by its id (<org>/<name>), its model_id or a variant's model_id; case does not matter."""
@@ -98,7 +101,8 @@ class RecipeTree:
         raise InputError("no recipe for this model", field="MODEL", value=name, valid=self.recipes.keys())
 
 
-def load_tree(root: Path) -> RecipeTree:
+def load_tree(root: Path, strict: bool = False) -> RecipeTree:
+    """The tree at `root`; with `strict`, a recipe with a key the site would ignore is refused."""
     taxonomy_path = root / "taxonomy.yaml"
     if not taxonomy_path.is_file():
         raise InputError(
@@ -116,8 +120,13 @@ def load_tree(root: Path) -> RecipeTree:
         check_name(profile, taxonomy_path, f"hardware_profiles.{profile}", "hardware profile id")
     strategies: dict[str, Strategy] = {}
     strategy_paths: dict[str, Path] = {}
+    ignored: list[str] = []
     for path in sorted((root / "strategies").glob("*.yaml")):
         strategy = load_model(Strategy, path)
+        extra = extra_keys(strategy)
+        if strict:
+            refuse(extra, path)
+        ignored += [f"ignored key in strategies/{path.name}: {key.line()}" for key in extra]
         if strategy.name != path.stem:
             raise InputError(
                 "the strategy's name must match its file name",
@@ -131,11 +140,11 @@ def load_tree(root: Path) -> RecipeTree:
         strategies[strategy.name] = strategy
         strategy_paths[strategy.name] = path
     kv_stores = {path.stem: load_model(KvStore, path) for path in sorted((root / "kv_store").glob("*.yaml"))}
-    tree = RecipeTree(root, taxonomy, strategies, strategy_paths, kv_stores)
+    tree = RecipeTree(root, taxonomy, strategies, strategy_paths, kv_stores, ignored=ignored)
     for path in sorted(recipe_paths(root)):  # the order a glob gave: the bake file and lock digest keep it
         recipe_id = f"{path.parent.name}/{path.stem}"
         try:
-            loaded = _load_recipe(path, recipe_id, tree)
+            loaded = _load_recipe(path, recipe_id, tree, strict)
         except FactoryError as exc:
             tree.problems.append(RecipeProblem(path, recipe_id, exc))
             continue
@@ -234,19 +243,20 @@ def _slugs(loaded: LoadedRecipe) -> set[str]:
     return {identity(given or model.split("/")[-1]) for model in models}
 
 
-def _load_recipe(path: Path, recipe_id: str, tree: RecipeTree) -> LoadedRecipe:
+def _load_recipe(path: Path, recipe_id: str, tree: RecipeTree, strict: bool) -> LoadedRecipe:
     _check_file(path)
     recipe = load_model(Recipe, path)
+    ignored = ignored_keys(recipe, hardware_keys(tree.taxonomy))
+    if strict:
+        refuse(ignored, path)
     check_references(recipe, path, tree)
-    return LoadedRecipe(recipe, path, recipe_id, _bundled_folder(path), unused(recipe, tree))
+    notes = unused(recipe, tree) + tuple(key.line() for key in ignored)
+    return LoadedRecipe(recipe, path, recipe_id, _bundled_folder(path), notes, ignored)
 
 
 def unused(recipe: Recipe, tree: RecipeTree) -> tuple[str, ...]:
     """What the recipe sets that shapes no command or image, each with why (shown by `factory show`)."""
     notes = [f"{key}: {why}" for key, why in NOT_USED.items() if _is_set(recipe, key)]
-    notes += [
-        f"meta.{key}: not in the upstream schema; page text at most" for key in recipe.meta.model_extra or {}
-    ]
     notes += [
         f"meta.hardware.{name}: no such hardware profile in the taxonomy; nothing renders for it"
         for name in recipe.meta.hardware
@@ -275,7 +285,6 @@ def check_references(recipe: Recipe, path: Path, tree: RecipeTree) -> None:
     """Every name a recipe uses must exist: strategies, hardware keys, features, variants, modes."""
     strategies = set(tree.strategies)
     profiles = set(tree.taxonomy.hardware_profiles)
-    keys = hardware_keys(tree.taxonomy)
     if not recipe.variants:
         raise InputError("a recipe needs at least one variant", file=path, field="variants")
     check_model_id(recipe.model.model_id, path, "model.model_id")
@@ -285,27 +294,17 @@ def check_references(recipe: Recipe, path: Path, tree: RecipeTree) -> None:
         check_name(name, path, f"variants.{name}", "variant name")
         if variant.model_id:
             check_model_id(variant.model_id, path, f"variants.{name}.model_id")
-    check_values(recipe.model_dump(), path)
+    check_values(known_data(recipe), path)  # ignored keys are in no command: their values are not checked
     _each_known(recipe.compatible_strategies, strategies, path, "compatible_strategies", "strategy")
     _each_known(recipe.strategy_overrides, strategies, path, "strategy_overrides", "strategy")
     _each_known(recipe.strategy_hardware, strategies, path, "strategy_hardware", "strategy")
     if recipe.default_strategy:
         _each_known([recipe.default_strategy], strategies, path, "default_strategy", "strategy")
-    _each_known(recipe.hardware_overrides, keys, path, "hardware_overrides", "hardware, brand or generation")
-    for name, overrides in recipe.strategy_hardware.items():
-        _each_known(overrides, keys | {"default"}, path, f"strategy_hardware.{name}", "hardware key")
-    for name, override in recipe.strategy_overrides.items():
-        where = f"strategy_overrides.{name}"
-        _each_known(override.hardware_overrides, keys, path, f"{where}.hardware_overrides", "hardware key")
-        if isinstance(override.tp, dict):
-            _each_known(override.tp, keys | {"default"}, path, f"{where}.tp", "hardware key")
+    # A per-hardware key that names no hardware is ignored, as the site ignores it (factory.recipes.ignored).
     for name, variant in recipe.variants.items():
         where = f"variants.{name}"
-        _each_known(variant.hardware_overrides, keys, path, f"{where}.hardware_overrides", "hardware key")
         _each_known(variant.supported_hardware, profiles, path, f"{where}.supported_hardware", "hardware")
         _each_known(variant.default_modes, set(recipe.features), path, f"{where}.default_modes", "feature")
-        if isinstance(variant.tp, dict):
-            _each_known(variant.tp, keys | {"default"}, path, f"{where}.tp", "hardware key")
     _each_known(recipe.opt_in_features, set(recipe.features), path, "opt_in_features", "feature")
     for hardware, names in recipe.hardware_opt_in_features.items():
         _each_known(names, set(recipe.features), path, f"hardware_opt_in_features.{hardware}", "feature")

@@ -1,9 +1,11 @@
 """A model recipe of the vLLM recipes repository (models/<org>/<name>.yaml), as its SCHEMA.md documents it.
 
 No machine-readable schema exists upstream: the site's command synthesis is the only validator. These
-models hold every key the repository documents or its code reads. Sections that shape a command or an
-image forbid unknown keys, so a typo such as `base_arg` fails loudly instead of silently dropping flags.
-`meta` only describes the recipe page: an unknown key there is kept and reported as not used.
+models hold every key the repository documents or its code reads. The site renders a recipe whatever
+other keys it carries, and upstream adds keys every few weeks, so an unknown key is kept aside (never in
+a command) and listed per recipe with a "did you mean" (factory.recipes.ignored): a typo such as
+`base_arg` is a warning, and an error with `--strict`. A known key with a value the factory cannot use
+refuses the recipe. `meta` only describes the recipe page: its unknown keys are listed the same way.
 Strategies, KV stores and the taxonomy are in factory.recipes.tree_schema.
 """
 
@@ -11,9 +13,16 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from factory.models_base import Count, Open, Port, Strict
+from factory.models_base import Count, Port
+
+
+class Section(BaseModel):
+    """A recipe section: known keys typed; an unknown key is kept aside, listed, and used nowhere."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, coerce_numbers_to_str=True)
+
 
 # An environment value as YAML writes it: a string, or a number the shell sees as its text.
 EnvValue = str | int | float | bool
@@ -22,7 +31,7 @@ Env = dict[str, EnvValue]
 HardwareKeyedInt = Count | dict[str, Count]
 
 
-class ArgsAndEnv(Strict):
+class ArgsAndEnv(Section):
     """An override block: flags appended to the serve command and environment variables to set."""
 
     extra_args: list[str] = []
@@ -35,7 +44,7 @@ class VariantHardwareOverride(ArgsAndEnv):
     docker_image: str | None = None
 
 
-class PrecisionHardware(Strict):
+class PrecisionHardware(Section):
     """Overrides the hardware a precision implies (e.g. NVFP4 dequantized to BF16 on Hopper)."""
 
     brand: str | None = None
@@ -45,7 +54,7 @@ class PrecisionHardware(Strict):
 DockerImage = str | dict[str, Any]  # a tag, or a map by brand, or by CUDA flavour (cu129, cu130)
 
 
-class Variant(Strict):
+class Variant(Section):
     precision: str
     vram_minimum_gb: float | None = None
     description: str = ""
@@ -63,7 +72,7 @@ class Variant(Strict):
     docker_image: DockerImage | None = None
 
 
-class Dependency(Strict):
+class Dependency(Section):
     command: str
     note: str = ""
     optional: bool = False
@@ -76,13 +85,13 @@ class Dependency(Strict):
         return [self.brand] if isinstance(self.brand, str) else list(self.brand)
 
 
-class FeatureArgs(Strict):
+class FeatureArgs(Section):
     """A per-generation replacement of a feature's (or mode's) args; without `args` it replaces nothing."""
 
     args: list[str] | None = None
 
 
-class Companion(Strict):
+class Companion(Section):
     """A helper process a feature runs beside `vllm serve` on the same node."""
 
     label: str | None = None
@@ -90,7 +99,7 @@ class Companion(Strict):
     command: str
 
 
-class FeatureMode(Strict):
+class FeatureMode(Section):
     """One method of a single-select feature (e.g. one speculative-decoding method)."""
 
     label: str | None = None
@@ -101,7 +110,7 @@ class FeatureMode(Strict):
     hardware: dict[str, Literal["unsupported", "supported", "verified"]] = {}
 
 
-class Feature(Strict):
+class Feature(Section):
     description: str = ""
     label: str | None = None
     args: list[str] | None = None
@@ -112,25 +121,25 @@ class Feature(Strict):
     companion: Companion | None = None
 
 
-class PipInstall(Strict):
+class PipInstall(Section):
     command: str | None = None
     note: str | None = None
 
 
-class InstallSection(Strict):
+class InstallSection(Section):
     """The recipe page's install block: `false` hides a tab, a map overrides its command or note."""
 
     pip: PipInstall | Literal[False] | None = None
     docker: PipInstall | Literal[False] | None = None
 
 
-class DockerSource(Strict):
+class DockerSource(Section):
     """A checkpoint served from a host path instead of the Hugging Face cache."""
 
     mount_path: str
 
 
-class ModelSection(Strict):
+class ModelSection(Section):
     model_id: str
     min_vllm_version: str
     revision: str | None = Field(
@@ -155,7 +164,9 @@ class ModelSection(Strict):
         return str(value) if isinstance(value, int | float) else value
 
 
-class Meta(Open):
+class Meta(Section):
+    """What the recipe page shows about the model."""
+
     title: str = ""
     slug: str | None = None
     provider: str = ""
@@ -172,7 +183,7 @@ class Meta(Open):
     platforms: list[Any] = []
 
 
-class PdRoleOverride(Strict):
+class PdRoleOverride(Section):
     """pd_cluster: one pool's (prefill or decode) parallelism and tweaks."""
 
     nodes: HardwareKeyedInt | None = None
@@ -185,11 +196,11 @@ class PdRoleOverride(Strict):
     hardware_overrides: dict[str, ArgsAndEnv] = {}
 
 
-class RouterOverride(Strict):
+class RouterOverride(Section):
     intra_node_data_parallel_size: Count | None = None
 
 
-class StrategyOverride(Strict):
+class StrategyOverride(Section):
     """A recipe's tweaks for one strategy: its TP, flags, environment and hardware overrides."""
 
     tp: HardwareKeyedInt | None = None
@@ -204,7 +215,7 @@ class StrategyOverride(Strict):
     pool_modes: list[Literal["tp", "tep", "dep"]] = []
 
 
-class OmniTaskOverride(Strict):
+class OmniTaskOverride(Section):
     label: str | None = None
     endpoint: str | None = None
     model_id: str | None = None
@@ -214,7 +225,7 @@ class OmniTaskOverride(Strict):
     vram_minimum_gb: float | None = None
 
 
-class OmniTask(Strict):
+class OmniTask(Section):
     id: str
     key: str | None = None
     label: str | None = None
@@ -228,7 +239,7 @@ class OmniTask(Strict):
     hardware_overrides: dict[str, OmniTaskOverride] = {}
 
 
-class Omni(Strict):
+class Omni(Section):
     """vllm-omni serving: one `vllm serve --omni` per task (t2i, i2v, ...)."""
 
     serve_binary: str | None = None
@@ -238,7 +249,7 @@ class Omni(Strict):
     tasks: list[str | OmniTask] = []
 
 
-class Recipe(Strict):
+class Recipe(Section):
     meta: Meta
     model: ModelSection
     dependencies: list[Dependency] = []

@@ -1,11 +1,12 @@
-"""The rest of a recipes tree: strategies/*.yaml, kv_store/*.yaml and taxonomy.yaml."""
+"""The rest of a recipes tree: strategies/*.yaml, kv_store/*.yaml and taxonomy.yaml. As in recipes, a key
+the site does not read is kept aside and listed (factory.recipes.ignored), never a reason to stop."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from factory.models_base import Count, Open, Strict
-from factory.recipes.schema import Env
+from factory.models_base import Count, Open
+from factory.recipes.schema import Env, Section
 
 
 class HardwareMatch(Open):
@@ -15,7 +16,7 @@ class HardwareMatch(Open):
     architecture: str | None = None
 
 
-class PdRole(Strict):
+class PdRole(Section):
     """pd_cluster: what one pool (prefill or decode) adds to its `vllm serve`."""
 
     vllm_args: list[str] = []
@@ -25,11 +26,11 @@ class PdRole(Strict):
     parallel_flag: str | None = None
 
 
-class Router(Strict):
+class Router(Section):
     policy: str = "round_robin"
 
 
-class Strategy(Strict):
+class Strategy(Section):
     name: str
     deploy_type: Literal["single_node", "multi_node", "pd_cluster"]
     display_name: str = ""
