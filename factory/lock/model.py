@@ -35,6 +35,10 @@ class LockedSet(Strict):
     cuda: str | None = None  # the CUDA version of the torch build (12.8, 13.0), for CUDA sets
     heavy: list[str] = []  # what the image installs in its first, slow-moving layer
     unresolvable: str | None = None
+    # The index this machine could not reach (the set is tried again when a later lock reaches it).
+    unreachable_index: str | None = None
+    indexes: dict[str, str] = {}  # name -> URL of every index the resolution asked besides the default
+    served: dict[str, str] = {}  # package -> the index whose files the set pins (or find-links)
 
 
 class Lock(Strict):

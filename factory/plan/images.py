@@ -90,7 +90,7 @@ def install_spec(
         "kind": install.kind,
         "package": install.package,
         "python": install.python,
-        "extra_index_url": install.extra_index_url,
+        "extra_index_url": project.catalog.extra_index_url(install, hardware.platform, release.vllm),
         "system_packages": install.system_packages,
     }
     if install.kind == "vendor-image":
