@@ -76,6 +76,12 @@ def unreachable(url: str) -> str | None:
 def releases(package: str, sources: Sources = Sources()) -> list[Version]:
     """Every final release of `package` on the indexes, newest first (pre-releases and dev builds aside)."""
     command = [sys.executable, "-m", "pip", "index", "versions", package, "--disable-pip-version-check"]
+    if sources.default is None and sources.urls:
+        # Only the install's indexes: the machine's pip configuration (its index, extra indexes) is left out,
+        # its CA bundle kept for a TLS-inspecting proxy.
+        command.append("--isolated")
+        bundle = os.environ.get("PIP_CERT")
+        command += ["--cert", bundle] if bundle else []
     result = subprocess.run(
         command + sources.flags(),
         capture_output=True,
