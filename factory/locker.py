@@ -62,7 +62,8 @@ def lock(
                 install = catalog.installs[install_name]
                 request = ask(loaded, variant, catalog, brand)
                 old = previous.releases.get(recipe_id, {}).get(variant, {}).get(install_name)
-                if old is not None and old.constraint == request.constraint and not moving:
+                # Nothing locked, nothing to keep: a recipe without a release is chosen for again.
+                if old is not None and old.vllm and old.constraint == request.constraint and not moving:
                     chosen = old
                     result.kept += 1
                 else:

@@ -5,8 +5,10 @@ or GPU). Written as self-contained HTML (no script, no remote resource) and Mark
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +18,7 @@ from docker.errors import DockerException, ImageNotFound
 
 from factory.blueprint import Blueprint, Blueprints
 from factory.render.templating import environment
+from factory.reporter import Reporter, silent
 from factory.tools import hadolint_binary
 from factory.writer import difference
 
@@ -37,6 +40,7 @@ class Cell:
     level: str
     detail: str  # the tooltip: why it stops there, or what proved it
     link: str | None = None  # the record behind it, relative to the report folder
+    cause: str | None = None  # not buildable: the cause in a word (factory.lock.model)
 
     @property
     def css(self) -> str:
@@ -52,6 +56,40 @@ class Matrix:
         found = [cell.level for row in self.rows.values() for cell in row.values()]
         return {level: found.count(level) for level in LEVELS if level in found}
 
+    def causes(self) -> dict[str, int]:
+        """How many cells are not buildable, per cause, most first."""
+        found = Counter(c.cause or "unknown" for row in self.rows.values() for c in row.values() if c.cause)
+        return dict(found.most_common())
+
+
+class LintCache:
+    """hadolint's verdict per Dockerfile content: a file whose bytes did not change is not linted again
+    (a corpus has thousands of Dockerfiles, many identical). Kept in the reports folder, and dropped whole
+    when the hadolint binary changes."""
+
+    def __init__(self, path: Path, lint: Callable[[Path], str | None], tool: str) -> None:
+        self.path, self.lint, self.tool = path, lint, tool
+        self.hits = self.runs = 0
+        self.verdicts: dict[str, str | None] = {}
+        if path.is_file():
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if data.get("tool") == tool:
+                self.verdicts = data.get("verdicts", {})
+
+    def __call__(self, dockerfile: Path) -> str | None:
+        key = hashlib.sha256(dockerfile.read_bytes()).hexdigest()
+        if key in self.verdicts:
+            self.hits += 1
+            return self.verdicts[key]
+        self.runs += 1
+        self.verdicts[key] = self.lint(dockerfile)
+        return self.verdicts[key]
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        data = {"tool": self.tool, "verdicts": dict(sorted(self.verdicts.items()))}
+        self.path.write_text(json.dumps(data, indent=0) + "\n", encoding="utf-8")
+
 
 def coverage(
     blueprints: Blueprints,
@@ -59,9 +97,11 @@ def coverage(
     reports: Path,
     client: docker.DockerClient | None,
     lint: Callable[[Path], str | None],
+    report: Reporter = silent,
 ) -> Matrix:
     hardware: list[str] = []
     matrix = Matrix(hardware)
+    total, done = len(blueprints.images), 0
     for plan in blueprints.recipes:
         for skipped in plan.skipped:
             if skipped.hardware is None:
@@ -78,6 +118,9 @@ def coverage(
             row = matrix.rows.setdefault(f"{image.model_id} ({image.variant})", {})
             row[image.hardware] = _cell(blueprint, root, reports, client, lint)
             _column(hardware, image.hardware)
+            done += 1
+            if done % 250 == 0 or done == total:
+                report(f"matrix: {done}/{total} images")
     return matrix
 
 
@@ -95,7 +138,8 @@ def _cell(
 ) -> Cell:
     image = blueprint.image
     if image.install is None:
-        return Cell("not buildable", image.unbuildable or "no install")
+        cause = image.unbuildable_cause or "unknown"
+        return Cell("not buildable", f"{cause}: {image.unbuildable or 'no install'}", cause=cause)
     dockerfile = root / image.directory / "Dockerfile"
     wanted = next((f for f in blueprint.image_files if f.path.name == "Dockerfile"), None)
     if wanted is None or difference(dockerfile, wanted) is not None:
@@ -143,6 +187,13 @@ def _built_id(client: docker.DockerClient | None, reference: str, inputs_hash: s
     return str(found.id)
 
 
+def hadolint_tool() -> str:
+    """What identifies the linter's verdicts: its binary's path, size and time."""
+    binary = hadolint_binary()
+    facts = Path(binary).stat()
+    return f"{binary}:{facts.st_size}:{facts.st_mtime_ns}"
+
+
 def hadolint(dockerfile: Path) -> str | None:
     """None when hadolint finds nothing, else its first finding."""
     result = subprocess.run(
@@ -160,7 +211,13 @@ def hadolint(dockerfile: Path) -> str | None:
 
 def write_matrix(matrix: Matrix, reports: Path, title: str) -> list[Path]:
     reports.mkdir(parents=True, exist_ok=True)
-    context = {"matrix": matrix, "title": title, "levels": LEVELS, "counts": matrix.counts()}
+    context = {
+        "matrix": matrix,
+        "title": title,
+        "levels": LEVELS,
+        "counts": matrix.counts(),
+        "causes": matrix.causes(),
+    }
     written = []
     for name in ("matrix.html", "matrix.md"):
         path = reports / name
