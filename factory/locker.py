@@ -49,6 +49,10 @@ def lock(
 ) -> LockReport:
     """Write the project's lock (project.lock_path). `upgrade`: "*" for every recipe, else one recipe id."""
     previous = project.lock or Lock(inputs="")
+    inputs = inputs_digest(project.tree.root, project.catalog_path.parent)
+    # Unchanged recipes and catalog: what found no release or set stays as it was (a lock run twice is
+    # byte-identical, and quick); changed ones are chosen and resolved again.
+    same_inputs = previous.inputs == inputs
     catalog = project.catalog
     result = LockReport()
     available: dict[str, list[Version]] = {}
@@ -62,12 +66,13 @@ def lock(
                 install = catalog.installs[install_name]
                 request = ask(loaded, variant, catalog, brand)
                 old = previous.releases.get(recipe_id, {}).get(variant, {}).get(install_name)
-                # Nothing locked, nothing to keep: a recipe without a release is chosen for again.
-                if old is not None and old.vllm and old.constraint == request.constraint and not moving:
+                keep = old is not None and (old.vllm is not None or same_inputs)
+                if old is not None and keep and old.constraint == request.constraint and not moving:
                     chosen = old
                     result.kept += 1
                 else:
-                    if install.kind == "pip" and install.package not in available:
+                    listing = install.kind == "pip" and request.refused is None
+                    if listing and install.package not in available:
                         report(f"asking the index for the releases of {install.package}")
                         every = _sources(catalog, install, None, None, settings)
                         available[install.package] = index.releases(install.package, every)
@@ -82,9 +87,11 @@ def lock(
                 result.releases += 1
                 if chosen.vllm is None:
                     result.none.append(f"{recipe_id} {variant} {install_name}: {chosen.why}")
-    sets, texts = _lock_sets(project, releases, previous, settings, upgrade == "*", result, report)
+    sets, texts = _lock_sets(
+        project, releases, previous, settings, upgrade == "*", result, report, same_inputs
+    )
     uv_sets, uv_texts = _uv_sets(project, previous, settings, report)
-    new = Lock(inputs=inputs_digest(project.tree.root, project.catalog_path.parent), uv=catalog.uv,
+    new = Lock(inputs=inputs, uv=catalog.uv,
                releases=releases, sets={**sets, **uv_sets})  # fmt: skip
     write_lock(project.lock_path, new, {**texts, **uv_texts})
     return result
@@ -125,6 +132,7 @@ def _lock_sets(
     upgrading: bool,
     result: LockReport,
     report: Reporter,
+    same_inputs: bool,
 ) -> tuple[dict[str, LockedSet], dict[str, str]]:
     """Every locked set the releases need, resolved once (kept from the previous lock unless upgrading)."""
     needed: dict[str, tuple[Install, str, str]] = {}
@@ -144,7 +152,7 @@ def _lock_sets(
     texts: dict[str, str] = {}
     for key, (install, version, platform) in sorted(needed.items()):
         kept = previous.sets.get(key)
-        if kept is not None and not upgrading and _keep(project, kept):
+        if kept is not None and not upgrading and _keep(project, kept, same_inputs):
             sets[key] = kept
             if kept.requirements:
                 texts[f"{key}.txt"] = set_text(project.lock_path, kept.requirements)
@@ -185,11 +193,15 @@ def _record_indexes(
     return kept.model_copy(update={"served": compiled.served, "indexes": sources.urls})
 
 
-def _keep(project: Project, kept: LockedSet) -> bool:
-    """A resolved set stays while its file is there and it records its indexes. One that could not be
-    resolved is tried again: the index it could not reach may answer on this machine (an unreachable one
-    fails in milliseconds), or the install may name other indexes now."""
-    return not kept.unresolvable and _readable(project, kept) and bool(kept.served)
+def _keep(project: Project, kept: LockedSet, same_inputs: bool) -> bool:
+    """A resolved set stays while its file is there and it records its indexes. One whose index could not
+    be reached is tried again once that index answers here (an unreachable one fails in milliseconds);
+    one that could not be resolved otherwise, when the recipes or the catalog changed."""
+    if kept.unreachable_index is not None:
+        return any(index.unreachable(url) for url in kept.indexes.values())
+    if kept.unresolvable:
+        return same_inputs
+    return _readable(project, kept) and bool(kept.served)
 
 
 def _sources(
