@@ -180,8 +180,7 @@ def _record_indexes(
     """A set locked before the lock recorded indexes keeps its file: uv resolves it once more with its own
     pins as constraints, and only which index served each package is taken from that."""
     if install is None:
-        default = next((n for n, entry in project.catalog.indexes.items() if entry.default), "default")
-        sources = index.Sources(default=default)
+        sources = index.Sources(default=project.catalog.default_index)
     else:
         sources = _sources(project.catalog, install, kept.platform, kept.vllm, settings)
     text = set_text(project.lock_path, str(kept.requirements))
@@ -213,7 +212,7 @@ def _sources(
     named = [(u.index, catalog.indexes[u.index]) for u in uses]
     default = next((name for name, entry in named if entry.default), None)
     if not install.indexes:  # an install that names none takes what the machine is configured for
-        default = next((n for n, entry in catalog.indexes.items() if entry.default), "default")
+        default = catalog.default_index
     urls = {name: entry.url_for(version or "") for name, entry in named if not entry.default}
     if version is None:  # a URL per release cannot list releases
         urls = {name: url for name, url in urls.items() if "{vllm}" not in catalog.indexes[name].url}
@@ -221,10 +220,6 @@ def _sources(
         given = settings.pip_extra_index_url.split()
         urls = {f"pip_extra_index_url[{n}]": url for n, url in enumerate(given)}
     return index.Sources(urls, default)
-
-
-def _is_default(catalog: Catalog, name: str) -> bool:
-    return catalog.indexes[name].default
 
 
 def _readable(project: Project, kept: LockedSet) -> bool:
@@ -280,7 +275,7 @@ def _resolve_set(
         (line.split("==")[1].split()[0] for line in text.splitlines() if line.startswith("torch==")), None
     )
     set_aside = [u.index for u in install.indexes if u.applies_to(platform)]
-    set_aside = [n for n in set_aside if not _is_default(catalog, n) and n not in sources.urls]
+    set_aside = [n for n in set_aside if not catalog.indexes[n].default and n not in sources.urls]
     if install.accelerator == "cuda" and cuda is None:
         why = (
             f"torch {torch} for {platform} from {', '.join(sorted(set(compiled.served.values())))} "
@@ -315,7 +310,7 @@ def _uv_sets(
     """uv itself, hash-locked per platform: what an image's install step bootstraps."""
     sets, texts = {}, {}
     platforms = {hardware.platform for hardware in project.catalog.hardware.values()}
-    default = next((n for n, entry in project.catalog.indexes.items() if entry.default), "default")
+    default = project.catalog.default_index
     for platform in sorted(platforms):
         key = uv_key(project.catalog.uv, platform)
         kept = previous.sets.get(key)

@@ -208,6 +208,11 @@ class Catalog(Strict):
     # Where the factory's commands differ from the upstream site's (catalog/deviations.yaml).
     deviations: list[DeviationRule] = []
 
+    @property
+    def default_index(self) -> str:
+        """The index the machine's configuration stands in for (PyPI), by name."""
+        return next((name for name, index in self.indexes.items() if index.default), "default")
+
     def install_indexes(self, install: Install, platform: str) -> list[tuple[str, PackageIndex]]:
         """(name, index) of every index the install takes wheels from on this platform, in its order."""
         return [(use.index, self.indexes[use.index]) for use in install.indexes if use.applies_to(platform)]
