@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import docker
-from docker.errors import DockerException, ImageNotFound
+from docker.errors import DockerException
 
 from factory.blueprint import Blueprint, Blueprints
 from factory.render.templating import environment
@@ -102,6 +102,7 @@ def coverage(
     hardware: list[str] = []
     matrix = Matrix(hardware)
     total, done = len(blueprints.images), 0
+    images = engine_images(client)
     for plan in blueprints.recipes:
         for skipped in plan.skipped:
             if skipped.hardware is None:
@@ -116,7 +117,7 @@ def coverage(
         for blueprint in plan.images:
             image = blueprint.image
             row = matrix.rows.setdefault(f"{image.model_id} ({image.variant})", {})
-            row[image.hardware] = _cell(blueprint, root, reports, client, lint)
+            row[image.hardware] = _cell(blueprint, root, reports, images, lint)
             _column(hardware, image.hardware)
             done += 1
             if done % 250 == 0 or done == total:
@@ -133,7 +134,7 @@ def _cell(
     blueprint: Blueprint,
     root: Path,
     reports: Path,
-    client: docker.DockerClient | None,
+    images: dict[str, tuple[str, str | None]],
     lint: Callable[[Path], str | None],
 ) -> Cell:
     image = blueprint.image
@@ -149,7 +150,7 @@ def _cell(
     if problem is not None:
         return Cell("generated", f"{where}: hadolint: {problem}")
     cell = Cell("linted", f"{where}: hadolint finds nothing")
-    built = _built_id(client, image.reference, image.inputs_hash)
+    built = _built_id(images, image.reference, image.inputs_hash)
     if built is None:
         return Cell(cell.level, f"{cell.detail}; no image built from these inputs on this engine")
     cell = Cell("built", f"{image.reference} ({built[:19]}) built from inputs {image.inputs_hash[:12]}")
@@ -175,16 +176,27 @@ def _cell(
     return Cell("static checks passed", f"{len(static)} static checks passed; live: {why}", record.name)
 
 
-def _built_id(client: docker.DockerClient | None, reference: str, inputs_hash: str) -> str | None:
+def engine_images(client: docker.DockerClient | None) -> dict[str, tuple[str, str | None]]:
+    """Every tag on the engine -> (image id, its inputs-hash label), asked once: a corpus has thousands of
+    cells, and one request per cell was most of a matrix run whose lint verdicts were all reused."""
     if client is None:
-        return None
+        return {}
     try:
-        found = client.images.get(reference)
-    except (ImageNotFound, DockerException):
+        images = client.images.list()
+    except DockerException:
+        return {}
+    return {
+        tag: (str(image.id), (image.labels or {}).get("ai.vllm.factory.inputs-hash"))
+        for image in images
+        for tag in image.tags
+    }
+
+
+def _built_id(images: dict[str, tuple[str, str | None]], reference: str, inputs_hash: str) -> str | None:
+    found = images.get(reference) or images.get(f"docker.io/{reference}")
+    if found is None or found[1] != inputs_hash:
         return None
-    if (found.labels or {}).get("ai.vllm.factory.inputs-hash") != inputs_hash:
-        return None
-    return str(found.id)
+    return found[0]
 
 
 def hadolint_tool() -> str:
