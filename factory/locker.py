@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from packaging.version import Version
 
-from factory.catalog.schema import Install
+from factory.catalog.schema import Catalog, Install
 from factory.lock import index
 from factory.lock.choose import ask, choose, recipe_image, release_of
 from factory.lock.model import (
@@ -49,6 +49,10 @@ def lock(
 ) -> LockReport:
     """Write the project's lock (project.lock_path). `upgrade`: "*" for every recipe, else one recipe id."""
     previous = project.lock or Lock(inputs="")
+    inputs = inputs_digest(project.tree.root, project.catalog_path.parent)
+    # Unchanged recipes and catalog: what found no release or set stays as it was (a lock run twice is
+    # byte-identical, and quick); changed ones are chosen and resolved again.
+    same_inputs = previous.inputs == inputs
     catalog = project.catalog
     result = LockReport()
     available: dict[str, list[Version]] = {}
@@ -62,13 +66,16 @@ def lock(
                 install = catalog.installs[install_name]
                 request = ask(loaded, variant, catalog, brand)
                 old = previous.releases.get(recipe_id, {}).get(variant, {}).get(install_name)
-                if old is not None and old.constraint == request.constraint and not moving:
+                keep = old is not None and (old.vllm is not None or same_inputs)
+                if old is not None and keep and old.constraint == request.constraint and not moving:
                     chosen = old
                     result.kept += 1
                 else:
-                    if install.kind == "pip" and install.package not in available:
+                    listing = install.kind == "pip" and request.refused is None
+                    if listing and install.package not in available:
                         report(f"asking the index for the releases of {install.package}")
-                        available[install.package] = index.releases(install.package)
+                        every = _sources(catalog, install, None, None, settings)
+                        available[install.package] = index.releases(install.package, every)
                     images = _vendor_images(install, loaded, variant, brand)
                     bad = [b.vllm for b in catalog.known_bad.get(loaded.model_id, [])]
                     chosen = choose(request, install, available.get(install.package, []), bad, images)
@@ -80,9 +87,11 @@ def lock(
                 result.releases += 1
                 if chosen.vllm is None:
                     result.none.append(f"{recipe_id} {variant} {install_name}: {chosen.why}")
-    sets, texts = _lock_sets(project, releases, previous, settings, upgrade == "*", result, report)
+    sets, texts = _lock_sets(
+        project, releases, previous, settings, upgrade == "*", result, report, same_inputs
+    )
     uv_sets, uv_texts = _uv_sets(project, previous, settings, report)
-    new = Lock(inputs=inputs_digest(project.tree.root, project.catalog_path.parent), uv=catalog.uv,
+    new = Lock(inputs=inputs, uv=catalog.uv,
                releases=releases, sets={**sets, **uv_sets})  # fmt: skip
     write_lock(project.lock_path, new, {**texts, **uv_texts})
     return result
@@ -123,6 +132,7 @@ def _lock_sets(
     upgrading: bool,
     result: LockReport,
     report: Reporter,
+    same_inputs: bool,
 ) -> tuple[dict[str, LockedSet], dict[str, str]]:
     """Every locked set the releases need, resolved once (kept from the previous lock unless upgrading)."""
     needed: dict[str, tuple[Install, str, str]] = {}
@@ -142,20 +152,74 @@ def _lock_sets(
     texts: dict[str, str] = {}
     for key, (install, version, platform) in sorted(needed.items()):
         kept = previous.sets.get(key)
-        if kept is not None and not upgrading and (kept.unresolvable or _readable(project, kept)):
+        if kept is not None and not upgrading and _keep(project, kept, same_inputs):
             sets[key] = kept
             if kept.requirements:
                 texts[f"{key}.txt"] = set_text(project.lock_path, kept.requirements)
             result.sets_kept += 1
             continue
+        if kept is not None and not upgrading and kept.requirements and _readable(project, kept):
+            report(f"recording the index of each file of {key}")
+            sets[key] = _record_indexes(project, kept, install, settings)
+            texts[f"{key}.txt"] = set_text(project.lock_path, kept.requirements)
+            result.sets_kept += 1
+            continue
         report(f"resolving {key} with uv")
-        sets[key], text = _resolve_set(install, version, platform, settings)
+        sets[key], text = _resolve_set(project.catalog, install, version, platform, settings)
         if text:
             texts[f"{key}.txt"] = text
         if sets[key].unresolvable:
             result.unresolvable.append(f"{key}: {sets[key].unresolvable}")
         result.sets_resolved += 1
     return sets, texts
+
+
+def _record_indexes(
+    project: Project, kept: LockedSet, install: Install | None, settings: BuildSettings
+) -> LockedSet:
+    """A set locked before the lock recorded indexes keeps its file: uv resolves it once more with its own
+    pins as constraints, and only which index served each package is taken from that."""
+    if install is None:
+        sources = index.Sources(default=project.catalog.default_index)
+    else:
+        sources = _sources(project.catalog, install, kept.platform, kept.vllm, settings)
+    text = set_text(project.lock_path, str(kept.requirements))
+    exclude = install.remove_packages if install else []
+    compiled = index.compile_set(
+        [f"{kept.package}=={kept.vllm}"], kept.platform, kept.python, exclude,
+        settings.find_links if install and install.local_wheels else None, sources, pins=text,
+    )  # fmt: skip
+    return kept.model_copy(update={"served": compiled.served, "indexes": sources.urls})
+
+
+def _keep(project: Project, kept: LockedSet, same_inputs: bool) -> bool:
+    """A resolved set stays while its file is there and it records its indexes. One whose index could not
+    be reached is tried again once that index answers here (an unreachable one fails in milliseconds);
+    one that could not be resolved otherwise, when the recipes or the catalog changed."""
+    if kept.unreachable_index is not None:
+        return any(index.unreachable(url) for url in kept.indexes.values())
+    if kept.unresolvable:
+        return same_inputs
+    return _readable(project, kept) and bool(kept.served)
+
+
+def _sources(
+    catalog: Catalog, install: Install, platform: str | None, version: str | None, settings: BuildSettings
+) -> index.Sources:
+    """The indexes an install's set is resolved against on a platform (None: the ones every platform
+    uses, for listing releases). The pip_extra_index_url setting replaces every index but the default."""
+    uses = [u for u in install.indexes if (u.applies_to(platform) if platform else not u.platforms)]
+    named = [(u.index, catalog.indexes[u.index]) for u in uses]
+    default = next((name for name, entry in named if entry.default), None)
+    if not install.indexes:  # an install that names none takes what the machine is configured for
+        default = catalog.default_index
+    urls = {name: entry.url_for(version or "") for name, entry in named if not entry.default}
+    if version is None:  # a URL per release cannot list releases
+        urls = {name: url for name, url in urls.items() if "{vllm}" not in catalog.indexes[name].url}
+    if settings.pip_extra_index_url is not None:
+        given = settings.pip_extra_index_url.split()
+        urls = {f"pip_extra_index_url[{n}]": url for n, url in enumerate(given)}
+    return index.Sources(urls, default)
 
 
 def _readable(project: Project, kept: LockedSet) -> bool:
@@ -172,33 +236,56 @@ def _platforms(project: Project, loaded: LoadedRecipe, variant: str, install_nam
 
 
 def _resolve_set(
-    install: Install, version: str, platform: str, settings: BuildSettings
+    catalog: Catalog,
+    install: Install,
+    version: str,
+    platform: str,
+    settings: BuildSettings,
 ) -> tuple[LockedSet, str | None]:
+    sources = _sources(catalog, install, platform, version, settings)
     base = LockedSet(
         package=install.package,
         vllm=version,
         platform=platform,
         accelerator=install.accelerator,
         python=install.python or "",
+        indexes=sources.urls,
     )
-    extra = (
-        settings.pip_extra_index_url if settings.pip_extra_index_url is not None else install.extra_index_url
-    )
+    for name, url in sources.urls.items():
+        why = index.unreachable(url)
+        if why is not None:
+            entry = catalog.indexes.get(name)
+            unreachable = (
+                f"not resolvable here: the index {name} ({url}) cannot be reached from this machine ({why}); "
+                f"a machine that reaches it gets this set from `factory lock`"
+                + (f" (source: {entry.source})" if entry else "")
+            )
+            return base.model_copy(update={"unresolvable": unreachable, "unreachable_index": name}), None
     try:
-        text = index.compile_set(
+        compiled = index.compile_set(
             [f"{install.package}=={version}"], platform, install.python or "", install.remove_packages,
-            settings.find_links if install.local_wheels else None, extra or None,
+            settings.find_links if install.local_wheels else None, sources,
         )  # fmt: skip
     except index.IndexUnavailable as exc:
         return base.model_copy(update={"unresolvable": str(exc)}), None
+    text = compiled.text
+    base = base.model_copy(update={"served": compiled.served})
     cuda = cuda_version(text) if install.accelerator == "cuda" else None
     torch = next(
         (line.split("==")[1].split()[0] for line in text.splitlines() if line.startswith("torch==")), None
     )
+    set_aside = [u.index for u in install.indexes if u.applies_to(platform)]
+    set_aside = [n for n in set_aside if not catalog.indexes[n].default and n not in sources.urls]
     if install.accelerator == "cuda" and cuda is None:
         why = (
-            f"torch {torch} for {platform} on the package index has no CUDA build (no nvidia-cuda-runtime in "
-            "its set): CUDA wheels for this platform live on the PyTorch index, which the lock does not use"
+            f"torch {torch} for {platform} from {', '.join(sorted(set(compiled.served.values())))} "
+            "has no CUDA build (no nvidia-cuda-runtime in its set): name PyTorch's CUDA index for this "
+            "platform in the install's indexes"
+            + (
+                f" (it names {', '.join(set_aside)}, which the pip_extra_index_url setting replaced here)"
+                if set_aside
+                else ""
+            )
         )
         return base.model_copy(update={"unresolvable": why, "torch": torch}), None
     if install.accelerator == "cuda" and cuda not in install.base_images:
@@ -223,16 +310,25 @@ def _uv_sets(
     """uv itself, hash-locked per platform: what an image's install step bootstraps."""
     sets, texts = {}, {}
     platforms = {hardware.platform for hardware in project.catalog.hardware.values()}
+    default = project.catalog.default_index
     for platform in sorted(platforms):
         key = uv_key(project.catalog.uv, platform)
         kept = previous.sets.get(key)
-        if kept is not None and _readable(project, kept):
+        if kept is not None and _readable(project, kept) and kept.served:
             sets[key], texts[f"{key}.txt"] = kept, set_text(project.lock_path, str(kept.requirements))
             continue
+        if kept is not None and _readable(project, kept):
+            report(f"recording the index of each file of {key}")
+            sets[key] = _record_indexes(project, kept, None, settings)
+            texts[f"{key}.txt"] = set_text(project.lock_path, str(kept.requirements))
+            continue
         report(f"resolving {key} with uv")
-        text = index.compile_set([f"uv=={project.catalog.uv}"], platform, UV_PYTHON, [], None, None)
+        compiled = index.compile_set(
+            [f"uv=={project.catalog.uv}"], platform, UV_PYTHON, [], None, index.Sources(default=default)
+        )
+        text = compiled.text
         sets[key] = LockedSet(package="uv", vllm=project.catalog.uv, platform=platform, accelerator="tool",
-                              python=UV_PYTHON, requirements=f"sets/{key}.txt",
+                              python=UV_PYTHON, requirements=f"sets/{key}.txt", served=compiled.served,
                               digest=hashlib.sha256(text.encode()).hexdigest())  # fmt: skip
         texts[f"{key}.txt"] = text
     return sets, texts

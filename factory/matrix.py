@@ -5,17 +5,20 @@ or GPU). Written as self-contained HTML (no script, no remote resource) and Mark
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import docker
-from docker.errors import DockerException, ImageNotFound
+from docker.errors import DockerException
 
 from factory.blueprint import Blueprint, Blueprints
 from factory.render.templating import environment
+from factory.reporter import Reporter, silent
 from factory.tools import hadolint_binary
 from factory.writer import difference
 
@@ -37,6 +40,7 @@ class Cell:
     level: str
     detail: str  # the tooltip: why it stops there, or what proved it
     link: str | None = None  # the record behind it, relative to the report folder
+    cause: str | None = None  # not buildable: the cause in a word (factory.lock.model)
 
     @property
     def css(self) -> str:
@@ -52,6 +56,40 @@ class Matrix:
         found = [cell.level for row in self.rows.values() for cell in row.values()]
         return {level: found.count(level) for level in LEVELS if level in found}
 
+    def causes(self) -> dict[str, int]:
+        """How many cells are not buildable, per cause, most first."""
+        found = Counter(c.cause or "unknown" for row in self.rows.values() for c in row.values() if c.cause)
+        return dict(found.most_common())
+
+
+class LintCache:
+    """hadolint's verdict per Dockerfile content: a file whose bytes did not change is not linted again
+    (a corpus has thousands of Dockerfiles, many identical). Kept in the reports folder, and dropped whole
+    when the hadolint binary changes."""
+
+    def __init__(self, path: Path, lint: Callable[[Path], str | None], tool: str) -> None:
+        self.path, self.lint, self.tool = path, lint, tool
+        self.hits = self.runs = 0
+        self.verdicts: dict[str, str | None] = {}
+        if path.is_file():
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if data.get("tool") == tool:
+                self.verdicts = data.get("verdicts", {})
+
+    def __call__(self, dockerfile: Path) -> str | None:
+        key = hashlib.sha256(dockerfile.read_bytes()).hexdigest()
+        if key in self.verdicts:
+            self.hits += 1
+            return self.verdicts[key]
+        self.runs += 1
+        self.verdicts[key] = self.lint(dockerfile)
+        return self.verdicts[key]
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        data = {"tool": self.tool, "verdicts": dict(sorted(self.verdicts.items()))}
+        self.path.write_text(json.dumps(data, indent=0) + "\n", encoding="utf-8")
+
 
 def coverage(
     blueprints: Blueprints,
@@ -59,9 +97,12 @@ def coverage(
     reports: Path,
     client: docker.DockerClient | None,
     lint: Callable[[Path], str | None],
+    report: Reporter = silent,
 ) -> Matrix:
     hardware: list[str] = []
     matrix = Matrix(hardware)
+    total, done = len(blueprints.images), 0
+    images = engine_images(client)
     for plan in blueprints.recipes:
         for skipped in plan.skipped:
             if skipped.hardware is None:
@@ -76,8 +117,11 @@ def coverage(
         for blueprint in plan.images:
             image = blueprint.image
             row = matrix.rows.setdefault(f"{image.model_id} ({image.variant})", {})
-            row[image.hardware] = _cell(blueprint, root, reports, client, lint)
+            row[image.hardware] = _cell(blueprint, root, reports, images, lint)
             _column(hardware, image.hardware)
+            done += 1
+            if done % 250 == 0 or done == total:
+                report(f"matrix: {done}/{total} images")
     return matrix
 
 
@@ -90,12 +134,13 @@ def _cell(
     blueprint: Blueprint,
     root: Path,
     reports: Path,
-    client: docker.DockerClient | None,
+    images: dict[str, tuple[str, str | None]],
     lint: Callable[[Path], str | None],
 ) -> Cell:
     image = blueprint.image
     if image.install is None:
-        return Cell("not buildable", image.unbuildable or "no install")
+        cause = image.unbuildable_cause or "unknown"
+        return Cell("not buildable", f"{cause}: {image.unbuildable or 'no install'}", cause=cause)
     dockerfile = root / image.directory / "Dockerfile"
     wanted = next((f for f in blueprint.image_files if f.path.name == "Dockerfile"), None)
     if wanted is None or difference(dockerfile, wanted) is not None:
@@ -105,7 +150,7 @@ def _cell(
     if problem is not None:
         return Cell("generated", f"{where}: hadolint: {problem}")
     cell = Cell("linted", f"{where}: hadolint finds nothing")
-    built = _built_id(client, image.reference, image.inputs_hash)
+    built = _built_id(images, image.reference, image.inputs_hash)
     if built is None:
         return Cell(cell.level, f"{cell.detail}; no image built from these inputs on this engine")
     cell = Cell("built", f"{image.reference} ({built[:19]}) built from inputs {image.inputs_hash[:12]}")
@@ -131,16 +176,34 @@ def _cell(
     return Cell("static checks passed", f"{len(static)} static checks passed; live: {why}", record.name)
 
 
-def _built_id(client: docker.DockerClient | None, reference: str, inputs_hash: str) -> str | None:
+def engine_images(client: docker.DockerClient | None) -> dict[str, tuple[str, str | None]]:
+    """Every tag on the engine -> (image id, its inputs-hash label), asked once: a corpus has thousands of
+    cells, and one request per cell was most of a matrix run whose lint verdicts were all reused."""
     if client is None:
-        return None
+        return {}
     try:
-        found = client.images.get(reference)
-    except (ImageNotFound, DockerException):
+        images = client.images.list()
+    except DockerException:
+        return {}
+    return {
+        tag: (str(image.id), (image.labels or {}).get("ai.vllm.factory.inputs-hash"))
+        for image in images
+        for tag in image.tags
+    }
+
+
+def _built_id(images: dict[str, tuple[str, str | None]], reference: str, inputs_hash: str) -> str | None:
+    found = images.get(reference) or images.get(f"docker.io/{reference}")
+    if found is None or found[1] != inputs_hash:
         return None
-    if (found.labels or {}).get("ai.vllm.factory.inputs-hash") != inputs_hash:
-        return None
-    return str(found.id)
+    return found[0]
+
+
+def hadolint_tool() -> str:
+    """What identifies the linter's verdicts: its binary's path, size and time."""
+    binary = hadolint_binary()
+    facts = Path(binary).stat()
+    return f"{binary}:{facts.st_size}:{facts.st_mtime_ns}"
 
 
 def hadolint(dockerfile: Path) -> str | None:
@@ -160,7 +223,13 @@ def hadolint(dockerfile: Path) -> str | None:
 
 def write_matrix(matrix: Matrix, reports: Path, title: str) -> list[Path]:
     reports.mkdir(parents=True, exist_ok=True)
-    context = {"matrix": matrix, "title": title, "levels": LEVELS, "counts": matrix.counts()}
+    context = {
+        "matrix": matrix,
+        "title": title,
+        "levels": LEVELS,
+        "counts": matrix.counts(),
+        "causes": matrix.causes(),
+    }
     written = []
     for name in ("matrix.html", "matrix.md"):
         path = reports / name

@@ -87,7 +87,12 @@ def test_amd_gets_a_vendor_image_for_its_release_or_none(project: Project, tmp_p
     newer = loaded_small(
         tmp_path / "b", dependencies=[], model={**small_recipe()["model"], "min_vllm_version": "0.20.0"}
     )
-    refused = choose(ask(newer, "default", project.catalog, "AMD"), rocm, [], [], images)
+    cited = choose(ask(newer, "default", project.catalog, "AMD"), rocm, [], [], images)
+    assert cited.base_image == "vllm/vllm-openai-rocm:v0.27.1", "vLLM's own ROCm image past 0.11.2"
+    newest = loaded_small(
+        tmp_path / "c", dependencies=[], model={**small_recipe()["model"], "min_vllm_version": "0.28.0"}
+    )
+    refused = choose(ask(newest, "default", project.catalog, "AMD"), rocm, [], [], images)
     assert refused.vllm is None and "vendor images" in refused.why
 
 

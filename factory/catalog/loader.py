@@ -45,6 +45,16 @@ def load_catalog(path: Path) -> Catalog:
                 file=path,
                 field=f"hardware.{name}.base_image",
             )
+    for name, install in catalog.installs.items():
+        for position, use in enumerate(install.indexes):
+            if use.index not in catalog.indexes:
+                raise InputError(
+                    "unknown package index",
+                    file=path,
+                    field=f"installs.{name}.indexes[{position}].index",
+                    value=use.index,
+                    valid=catalog.indexes,
+                )
     for model_id, names in catalog.only_hardware.items():
         for index, name in enumerate(names):
             if name not in catalog.hardware:

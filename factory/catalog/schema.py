@@ -41,6 +41,30 @@ class WheelsFrom(Sourced):
     version: str
 
 
+class PackageIndex(Sourced):
+    """A package index wheels come from (PEP 503 simple API). `{vllm}` in the URL stands for the release
+    (vLLM's ROCm index has one folder per release)."""
+
+    url: str
+    # The machine's configured index (pip.conf, UV_INDEX_URL) stands in for this one: a PyPI mirror
+    # behind a firewall serves what PyPI serves, so no flag names it.
+    default: bool = False
+
+    def url_for(self, vllm: str) -> str:
+        return self.url.replace("{vllm}", vllm)
+
+
+class IndexUse(Strict):
+    """One index an install takes wheels from, on every platform or only on the ones named."""
+
+    index: str  # a key of the catalog's indexes (the loader checks it)
+    platforms: list[Platform] = []  # empty: every platform
+    why: str | None = None
+
+    def applies_to(self, platform: str) -> bool:
+        return not self.platforms or platform in self.platforms
+
+
 class Install(Strict):
     """How vLLM gets into an image: pip into a venv, or preinstalled in a vendor image."""
 
@@ -50,7 +74,9 @@ class Install(Strict):
     accelerator: Literal["cuda", "rocm", "cpu"]  # what the torch build targets
     python: str | None = None  # pip installs: the interpreter the venv uses (the lock resolves for it)
     system_packages: list[str] = []
-    extra_index_url: str | None = None
+    # Where its wheels come from, in the order uv asks them: the default index (the machine's) is the
+    # fallback; the others are extra indexes, which uv prefers for the packages they serve (torch builds).
+    indexes: list[IndexUse] = []
     # CUDA installs: the base image for the CUDA version of the locked torch build (12.8, 12.9, 13.0).
     base_images: dict[str, str] = {}
     # May take wheels from the find_links setting: a torch build no index this machine reaches serves (+cpu).
@@ -187,6 +213,7 @@ class DeviationRule(Strict):
 
 class Catalog(Strict):
     vendors: dict[str, Vendor]
+    indexes: dict[str, PackageIndex] = {}
     server: Server = Server()
     installs: dict[str, Install]
     hardware: dict[str, Hardware]
@@ -199,6 +226,21 @@ class Catalog(Strict):
     uv: str  # the uv release images install their locked set with (the lock holds its hashes)
     # Where the factory's commands differ from the upstream site's (catalog/deviations.yaml).
     deviations: list[DeviationRule] = []
+
+    @property
+    def default_index(self) -> str:
+        """The index the machine's configuration stands in for (PyPI), by name."""
+        return next((name for name, index in self.indexes.items() if index.default), "default")
+
+    def install_indexes(self, install: Install, platform: str) -> list[tuple[str, PackageIndex]]:
+        """(name, index) of every index the install takes wheels from on this platform, in its order."""
+        return [(use.index, self.indexes[use.index]) for use in install.indexes if use.applies_to(platform)]
+
+    def extra_index_url(self, install: Install, platform: str, vllm: str) -> str | None:
+        """The indexes other than the machine's default, as pip's PIP_EXTRA_INDEX_URL (space-separated)."""
+        indexes = self.install_indexes(install, platform)
+        urls = [index.url_for(vllm) for _, index in indexes if not index.default]
+        return " ".join(urls) or None
 
     def build_recipe(self, hardware: str) -> str:
         return self.build_recipes.get(hardware) or self.build_recipes["default"]

@@ -89,13 +89,31 @@ def cmd_show(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_list(project: Project, args: argparse.Namespace) -> int:
+    from collections import Counter
+
     from factory.blueprint import plan_project
 
     blueprints = plan_project(project)
+    causes: Counter[str] = Counter()
     for blueprint in blueprints.images:
         image = blueprint.image
-        where = image.directory if image.install else f"not built: {image.unbuildable}"
+        why = f"not built ({image.unbuildable_cause}): {image.unbuildable}"
+        where = image.directory if image.install else why
         say(f"{image.reference}\t{image.platform}\t{where}")
+        if not image.install:
+            causes[image.unbuildable_cause or "unknown"] += 1
+    catalog = project.catalog.hardware
+    no_entry = {
+        (s.model, s.variant, s.hardware)
+        for plan in blueprints.recipes
+        for s in plan.skipped
+        if s.hardware is not None and s.hardware not in catalog
+    }
+    total = len(blueprints.images)
+    warn(f"{total} images, {total - sum(causes.values())} buildable, {sum(causes.values())} not buildable:")
+    for cause, count in causes.most_common():
+        warn(f"  {count:5d} {cause}")
+    warn(f"and {len(no_entry)} model variants on hardware with no catalog entry (no image planned)")
     return report_problems(blueprints.problems)
 
 
@@ -103,7 +121,7 @@ def cmd_matrix(project: Project, args: argparse.Namespace) -> int:
     from factory.blueprint import plan_project
     from factory.engine import connect
     from factory.errors import DockerError
-    from factory.matrix import coverage, hadolint, write_matrix
+    from factory.matrix import LintCache, coverage, hadolint, hadolint_tool, write_matrix
 
     blueprints = plan_project(project)
     try:
@@ -111,7 +129,10 @@ def cmd_matrix(project: Project, args: argparse.Namespace) -> int:
     except DockerError as exc:
         client = None
         warn(f"no Docker Engine ({str(exc).splitlines()[0]}): cells stop at linted")
-    matrix = coverage(blueprints, project.out, args.reports, client, hadolint)
+    lint = LintCache(args.reports / ".lint-cache.json", hadolint, hadolint_tool())
+    matrix = coverage(blueprints, project.out, args.reports, client, lint, report=warn)
+    lint.save()
+    warn(f"hadolint ran on {lint.runs} Dockerfiles; {lint.hits} verdicts reused (bytes unchanged)")
     for path in write_matrix(
         matrix, args.reports, f"vLLM image factory coverage: {project.relative(project.tree.root)}"
     ):

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from packaging.version import InvalidVersion, Version
 
 from factory.catalog.schema import Catalog, Install
-from factory.lock.model import Release
+from factory.lock.model import NIGHTLY_ONLY, NO_CITED_SOURCE, NO_RELEASE, Release
 from factory.lock.pins import pinned_vllm
 from factory.recipes.loader import LoadedRecipe
 
@@ -78,7 +78,7 @@ def choose(
     """The release for one install: from the index's releases of its package (pip installs) or from the
     vendor images known for it (vendor-image installs), newest first."""
     if request.refused:
-        return Release(vllm=None, why=request.refused, constraint=request.constraint)
+        return Release(vllm=None, why=request.refused, constraint=request.constraint, cause=NIGHTLY_ONLY)
     bad = {Version(v) for v in known_bad}
     candidates = list(images) if install.kind == "vendor-image" else list(available)
     where = "known vendor images" if install.kind == "vendor-image" else f"releases of {install.package}"
@@ -102,6 +102,7 @@ def choose(
         vllm=None,
         why=f"nothing satisfies {request.constraint} among the {where} (newest: {known})",
         constraint=request.constraint,
+        cause=NO_CITED_SOURCE if install.kind == "vendor-image" else NO_RELEASE,
     )
 
 

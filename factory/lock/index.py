@@ -1,15 +1,22 @@
-"""The package index, as `factory lock` asks it: which releases a package has (pip), and the complete
-hash-locked set an install needs (uv's resolver; no wheel is downloaded to resolve). Both use the index
-this machine is configured for (pip.conf, PIP_*/UV_* settings): the factory names no index host itself.
-Only `factory lock` talks to the index; `generate` and `generate --check` never do."""
+"""The package indexes, as `factory lock` asks them: which releases a package has (pip), and the complete
+hash-locked set an install needs (uv's resolver; no wheel is downloaded to resolve), with the index that
+served each file. The catalog's default index is the one this machine is configured for (pip.conf,
+PIP_*/UV_* settings), so a mirror stands in for PyPI; every other index an install names is passed by URL.
+Only `factory lock` talks to an index; `generate` and `generate --check` never do."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import ssl
 import subprocess
 import sys
 import tempfile
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
@@ -17,6 +24,8 @@ from packaging.version import InvalidVersion, Version
 from factory.errors import FactoryError
 
 _AVAILABLE = re.compile(r"^Available versions:\s*(?P<versions>.+)$", re.MULTILINE)
+_FROM = re.compile(r"^\s+# from (?P<url>\S+)\n", re.MULTILINE)  # uv's --emit-index-annotation line
+FIND_LINKS = "find-links"  # what served a file that came from the find_links folder, not an index
 PLATFORMS = {"linux/amd64": "x86_64-manylinux_2_28", "linux/arm64": "aarch64-manylinux_2_28"}
 
 
@@ -24,10 +33,57 @@ class IndexUnavailable(FactoryError):
     """The package index could not answer (unreachable, or nothing satisfies the request)."""
 
 
-def releases(package: str) -> list[Version]:
-    """Every final release of `package` on the index, newest first (pre-releases and dev builds aside)."""
+@dataclass(frozen=True)
+class Sources:
+    """The indexes one resolution asks, in order: names and URLs; `default` is the name of the index the
+    machine's configuration stands in for (None: the install names no default, so the first replaces it)."""
+
+    urls: dict[str, str] = field(default_factory=dict)  # name -> URL, not the default
+    default: str | None = None
+
+    def flags(self) -> list[str]:
+        urls = list(self.urls.values())
+        if self.default is None and urls:
+            return ["--index-url", urls[0], *[f for url in urls[1:] for f in ("--extra-index-url", url)]]
+        return [f for url in urls for f in ("--extra-index-url", url)]
+
+    def name_of(self, url: str) -> str:
+        """The index that served a file, from the URL uv reports: a named one, find_links, or the default."""
+        if url.startswith("file:"):
+            return FIND_LINKS
+        for name, known in self.urls.items():
+            if known.rstrip("/") == url.rstrip("/"):
+                return name
+        return self.default or url
+
+
+@cache
+def unreachable(url: str) -> str | None:
+    """Why this machine cannot reach an index (None when it answers), asked once per run."""
+    context = ssl.create_default_context()
+    for bundle in (os.environ.get("PIP_CERT"), os.environ.get("SSL_CERT_FILE")):
+        if bundle and Path(bundle).is_file():
+            context.load_verify_locations(bundle)
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/", timeout=20, context=context):
+            return None
+    except urllib.error.HTTPError as exc:
+        return None if exc.code < 500 else f"HTTP {exc.code}"  # a 404 at the root still proves it answers
+    except (urllib.error.URLError, OSError) as exc:
+        return str(getattr(exc, "reason", exc))
+
+
+def releases(package: str, sources: Sources = Sources()) -> list[Version]:
+    """Every final release of `package` on the indexes, newest first (pre-releases and dev builds aside)."""
+    command = [sys.executable, "-m", "pip", "index", "versions", package, "--disable-pip-version-check"]
+    if sources.default is None and sources.urls:
+        # Only the install's indexes: the machine's pip configuration (its index, extra indexes) is left out,
+        # its CA bundle kept for a TLS-inspecting proxy.
+        command.append("--isolated")
+        bundle = os.environ.get("PIP_CERT")
+        command += ["--cert", bundle] if bundle else []
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "index", "versions", package, "--disable-pip-version-check"],
+        command + sources.flags(),
         capture_output=True,
         text=True,
         timeout=300,
@@ -56,30 +112,42 @@ def uv_binary() -> str:
     return found
 
 
+@dataclass(frozen=True)
+class Compiled:
+    text: str  # the requirements file, hashes included (no index annotations: the lock file holds them)
+    served: dict[str, str]  # package -> the name of the index that served its files
+
+
 def compile_set(
     requirements: list[str],
     platform: str,
     python: str,
     exclude: list[str],
     find_links: Path | None,
-    extra_index_url: str | None,
-) -> str:
+    sources: Sources = Sources(),
+    pins: str | None = None,
+) -> Compiled:
     """`uv pip compile --generate-hashes` of the requirements for one platform and Python: the text of a
-    requirements file that pins every package with its hashes (the packages in `exclude` left out)."""
+    requirements file that pins every package with its hashes (the packages in `exclude` left out), and
+    which index served each. `pins`: a requirements file whose versions constrain the resolution (a set
+    locked before the index record, resolved again without moving)."""
     with tempfile.TemporaryDirectory(prefix="factory-lock-") as folder:
         source = Path(folder) / "requirements.in"
         source.write_text("\n".join(requirements) + "\n", encoding="utf-8")
         command = [
             uv_binary(), "pip", "compile", source.name, "--generate-hashes", "--quiet",
-            "--python-version", python, "--python-platform", PLATFORMS[platform],
+            "--emit-index-annotation", "--python-version", python, "--python-platform", PLATFORMS[platform],
             "--custom-compile-command", "factory lock",
         ]  # fmt: skip
         for name in exclude:
             command += ["--no-emit-package", name]
         if find_links:
             command += ["--find-links", str(find_links)]
-        if extra_index_url:
-            command += ["--extra-index-url", extra_index_url]
+        command += sources.flags()
+        if pins is not None:
+            constraints = Path(folder) / "pins.txt"
+            constraints.write_text("\n".join(_pinned(pins)) + "\n", encoding="utf-8")
+            command += ["--constraint", constraints.name]
         # Run in the folder, so the file's annotations name `requirements.in`, not a temporary path.
         result = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False, cwd=folder)
     if result.returncode != 0:
@@ -87,4 +155,21 @@ def compile_set(
         raise IndexUnavailable(
             f"uv could not resolve {' '.join(requirements)} for {platform}, Python {python}: {why}"
         )
-    return result.stdout
+    return _annotated(result.stdout, sources)
+
+
+def _annotated(output: str, sources: Sources) -> Compiled:
+    served: dict[str, str] = {}
+    package = None
+    for line in output.splitlines():
+        if line and not line.startswith((" ", "#")):
+            package = line.split("==", 1)[0].lower()
+        found = _FROM.match(line + "\n")
+        if found and package is not None:
+            served[package] = sources.name_of(found["url"])
+    return Compiled(_FROM.sub("", output), dict(sorted(served.items())))
+
+
+def _pinned(requirements: str) -> list[str]:
+    """name==version of each pin in a requirements file, without its hashes (a constraint)."""
+    return [line.split()[0] for line in requirements.splitlines() if re.match(r"^[A-Za-z0-9][\w.-]*==", line)]

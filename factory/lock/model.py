@@ -12,6 +12,17 @@ _REQUIREMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==")
 _CUDA_RUNTIME = re.compile(r"^nvidia-cuda-runtime(?:-cu\d+)?==(?P<major>\d+)\.(?P<minor>\d+)", re.MULTILINE)
 
 
+# Why an image cannot be built, in a word a table can count (the detail says the rest).
+NIGHTLY_ONLY = "nightly only"  # the recipe needs a nightly build; the lock pins releases only
+NO_CITED_SOURCE = "no cited source"  # no vendor image with a public source for the release (ROCm)
+NO_RELEASE = "no release satisfies"  # the index has no release the recipe accepts
+INDEX_UNREACHABLE = "index not reachable here"  # an index the install names does not answer here
+NOT_RESOLVABLE = "not resolvable"  # the indexes answer, but no complete set exists for the target
+NOT_LOCKED = "not locked"  # run `factory lock`
+NO_BASE_IMAGE = "no base image"  # the catalog has no base image for the set's CUDA version
+OMNI = "vllm-omni"  # vllm-omni serving: the factory's images install vLLM without it
+
+
 class Release(Strict):
     """The vLLM release an install of one recipe's variant gets, and why; or why it gets none."""
 
@@ -19,6 +30,7 @@ class Release(Strict):
     why: str
     constraint: str  # what the recipe asked for when this was chosen; a changed ask is chosen again
     base_image: str | None = None  # a vendor image the recipe names for this release (ROCm)
+    cause: str | None = None  # when there is no release: one of the causes above
 
 
 class LockedSet(Strict):
@@ -35,6 +47,10 @@ class LockedSet(Strict):
     cuda: str | None = None  # the CUDA version of the torch build (12.8, 13.0), for CUDA sets
     heavy: list[str] = []  # what the image installs in its first, slow-moving layer
     unresolvable: str | None = None
+    # The index this machine could not reach (the set is tried again when a later lock reaches it).
+    unreachable_index: str | None = None
+    indexes: dict[str, str] = {}  # name -> URL of every index the resolution asked besides the default
+    served: dict[str, str] = {}  # package -> the index whose files the set pins (or find-links)
 
 
 class Lock(Strict):

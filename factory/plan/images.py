@@ -5,7 +5,18 @@ from __future__ import annotations
 import re
 
 from factory import image_paths
-from factory.lock.model import Release, set_key, split_layers, uv_key
+from factory.lock.model import (
+    INDEX_UNREACHABLE,
+    NO_BASE_IMAGE,
+    NO_CITED_SOURCE,
+    NO_RELEASE,
+    NOT_LOCKED,
+    NOT_RESOLVABLE,
+    Release,
+    set_key,
+    split_layers,
+    uv_key,
+)
 from factory.lock.store import set_text
 from factory.plan import naming
 from factory.plan.models import ImageSpec, InstallSpec
@@ -29,12 +40,11 @@ def locked_release(project: Project, loaded: LoadedRecipe, variant: str, hardwar
     """The release the lock holds for the image's install, or why there is none."""
     install = project.catalog.hardware[hardware_key].install
     if project.lock is None:
-        return Release(vllm=None, why="no lock yet: run `factory lock`", constraint="")
+        return Release(vllm=None, why="no lock yet: run `factory lock`", constraint="", cause=NOT_LOCKED)
     found = project.lock.releases.get(loaded.recipe_id, {}).get(variant, {}).get(install)
     if found is None:
-        return Release(
-            vllm=None, why=f"the lock holds no release for {install}: run `factory lock`", constraint=""
-        )
+        why = f"the lock holds no release for {install}: run `factory lock`"
+        return Release(vllm=None, why=why, constraint="", cause=NOT_LOCKED)
     return found
 
 
@@ -51,7 +61,7 @@ def plan_image_spec(
     hardware = project.catalog.hardware[hardware_key]
     model_id = recipe.variants[variant].model_id or recipe.model.model_id
     weights, bundled = weights_of(project, loaded, model_id)
-    install, unbuildable = install_spec(project, hardware_key, release)
+    install, unbuildable, cause = install_spec(project, hardware_key, release)
     image_slug = naming.slug(loaded, model_id)
     return ImageSpec(
         recipe_file=project.relative(loaded.path),
@@ -70,6 +80,7 @@ def plan_image_spec(
         vllm_version=release.vllm,
         install=install,
         unbuildable=unbuildable,
+        unbuildable_cause=cause,
         env=env,
         default_command=default_command,
         tasks=list(recipe.meta.tasks),
@@ -81,34 +92,36 @@ def plan_image_spec(
 
 def install_spec(
     project: Project, hardware_key: str, release: Release
-) -> tuple[InstallSpec | None, str | None]:
-    """How the image installs vLLM, from the lock alone, or why it cannot be built here."""
+) -> tuple[InstallSpec | None, str | None, str | None]:
+    """How the image installs vLLM, from the lock alone, or why it cannot be built here and the cause."""
     if release.vllm is None:
-        return None, release.why
+        return None, release.why, release.cause or NO_RELEASE
     hardware = project.catalog.hardware[hardware_key]
     install = project.catalog.installs[hardware.install]
     common = {
         "kind": install.kind,
         "package": install.package,
         "python": install.python,
-        "extra_index_url": install.extra_index_url,
+        "extra_index_url": project.catalog.extra_index_url(install, hardware.platform, release.vllm),
         "system_packages": install.system_packages,
     }
     if install.kind == "vendor-image":
         if release.base_image is None:
-            return None, f"no vendor image with vLLM {release.vllm} is known for {hardware_key}"
-        return InstallSpec(**common, base_image=release.base_image), None
+            why = f"no vendor image with vLLM {release.vllm} is known for {hardware_key}"
+            return None, why, NO_CITED_SOURCE
+        return InstallSpec(**common, base_image=release.base_image), None, None
     assert project.lock is not None and install.python is not None
     key = set_key(install.package, release.vllm, hardware.platform, install.accelerator, install.python)
     locked = project.lock.sets.get(key)
     uv = project.lock.sets.get(uv_key(project.catalog.uv, hardware.platform))
     if locked is None or uv is None or uv.requirements is None:
-        return None, f"the lock has no locked set {key}: run `factory lock`"
+        return None, f"the lock has no locked set {key}: run `factory lock`", NOT_LOCKED
     if locked.unresolvable or locked.requirements is None:
-        return None, f"the locked set {key} cannot be resolved: {locked.unresolvable}"
+        cause = INDEX_UNREACHABLE if locked.unreachable_index else NOT_RESOLVABLE
+        return None, f"the locked set {key} cannot be resolved: {locked.unresolvable}", cause
     base = hardware.base_image or install.base_images.get(locked.cuda or "")
     if base is None:
-        return None, f"no base image for CUDA {locked.cuda} in the catalog"
+        return None, f"no base image for CUDA {locked.cuda} in the catalog", NO_BASE_IMAGE
     text = set_text(project.lock_path, locked.requirements, locked.digest)
     heavy, dependencies, itself = split_layers(text, locked.heavy, install.package)
     spec = InstallSpec(
@@ -123,7 +136,7 @@ def install_spec(
         dependency_requirements=dependencies,
         requirements=itself,
     )
-    return spec, None
+    return spec, None, None
 
 
 def start_period(parameter_count: str | None) -> int:

@@ -68,6 +68,7 @@ class ImageSpec(Frozen):
     vllm_version: str | None  # None: no exact pin yet, so the image cannot be built
     install: InstallSpec | None  # None: the image cannot be built here, for `unbuildable`
     unbuildable: str | None
+    unbuildable_cause: str | None = None  # the cause in a word (factory.lock.model), for counting
     env: dict[str, str]  # set in every deployment of the image, with one value: the image's ENV
     default_command: list[str]  # the recommended single-node command: `docker run IMAGE` serves it
     tasks: list[str] = []  # what the model does (the recipe's meta.tasks): chooses validation's probes
