@@ -128,6 +128,10 @@ def cmd_lock(project: Project, args: argparse.Namespace) -> int:
         say(f"  moved {line}")
     for line in [*result.none, *result.unresolvable]:
         warn(f"  not buildable: {line}")
+    from factory.router.lock import lock_path, lock_router
+
+    router = lock_router(project, upgrade == "*", report=say)
+    say(f"locked the PD router: vllm-router {router.version}: {lock_path(project)}")
     return 0
 
 
