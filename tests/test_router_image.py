@@ -1,0 +1,227 @@
+"""The PD router's image: vllm-router hash-locked in a small image of its own, tagged and labelled like the
+factory's images, named by every pd_cluster deployment's router, and validated for real: it starts, its
+health check passes, and it routes completions to two CPU servers of the tiny model."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+import requests
+import yaml
+
+from factory.blueprint import plan_recipe
+from factory.build.builder import BuildResult
+from factory.engine import OWNER_LABEL
+from factory.errors import InputError
+from factory.plan.models import Deployment
+from factory.project import Project
+from factory.recipes.loader import load_tree
+from factory.render import compose
+from factory.router.image import HEALTH_PATH, router_files, router_image
+from factory.router.lock import lock_path, read_router_lock
+from tests.conftest import FIXTURES, ROOT, TINY
+
+ROUTER_LABEL = {OWNER_LABEL: "test-router"}
+
+
+def pd_deployment(project: Project) -> Deployment:
+    """The pd_cluster deployment of the upstream-schema fixture (a prefill and a decode pool and a router)."""
+    fixture = replace(project, tree=load_tree(FIXTURES / "upstream-schema"), lock=None)
+    for loaded in fixture.tree.recipes.values():
+        for blueprint in plan_recipe(fixture, loaded).images:
+            for deployment in blueprint.deployments:
+                if deployment.deploy_type == "pd_cluster":
+                    return deployment
+    raise AssertionError("the fixture has no pd_cluster deployment")
+
+
+def router_service(deployment: Deployment) -> dict[str, Any]:
+    role = next(role for role in deployment.roles if role.program == "vllm-router")
+    services: dict[str, Any] = yaml.safe_load(compose.render(deployment, role))["services"]
+    return services["router"]
+
+
+def test_the_pd_router_compose_file_runs_the_factory_router_image(project: Project) -> None:
+    """No image to name by hand: the router's file runs the locked router image (a setting may replace it)."""
+    image = router_image(project)
+    assert image is not None, "the project locks the router"
+    service = router_service(pd_deployment(project))
+    assert service["image"] == f"${{VLLM_ROUTER_IMAGE:-{image.reference}}}"
+    assert image.reference == f"vllm-factory/vllm-router:{read_router_lock(project).version}"  # type: ignore[union-attr]
+
+
+def test_the_pd_router_has_a_health_check_on_its_own_health_endpoint(project: Project) -> None:
+    """compose's --wait waits for the router: it asks the router's /health where the router listens."""
+    deployment = pd_deployment(project)
+    service = router_service(deployment)
+    test = service["healthcheck"]["test"]
+    assert test[:2] == ["CMD", "curl"]
+    assert test[-1] == f"http://${{ROUTER_HOST:-127.0.0.1}}:${{ROUTER_PORT:-8000}}{HEALTH_PATH}"
+    # The address and port it asks are the ones the router's own command listens on.
+    command = service["command"]
+    assert command[command.index("--host") + 1] in test[-1]
+    assert command[command.index("--port") + 1] in test[-1]
+    role = next(role for role in deployment.roles if role.program == "vllm-router")
+    start = compose.render(deployment, role).splitlines()[2]
+    assert start == "# Start: docker compose -f router.compose.yaml up -d --wait"
+
+
+def test_the_router_image_installs_exactly_the_locked_set(project: Project) -> None:
+    lock = read_router_lock(project)
+    assert lock is not None
+    files = {file.path.name: file.content.decode() for file in router_files(project)}
+    locked = files["requirements.txt"]
+    assert f"vllm-router=={lock.version} \\" in locked
+    pins = re.findall(r"^([a-z0-9._-]+)==", locked, re.MULTILINE)
+    assert {"aiohttp", "fastapi", "uvicorn", "orjson", "setproctitle", "requests"} <= set(pins)
+    assert locked.count("--hash=sha256:") >= len(pins), "every pin carries its hashes"
+    dockerfile = files["Dockerfile"]
+    assert "--require-hashes --no-deps" in dockerfile and "-r /tmp/requirements/requirements.txt" in dockerfile
+    assert "ARG BASE_IMAGE=" in dockerfile and "FROM ${BASE_IMAGE}" in dockerfile
+    assert 'ENTRYPOINT ["vllm-router"]' in dockerfile
+
+
+def test_a_hand_edited_router_set_is_refused(project: Project, tmp_path: Path) -> None:
+    folder = tmp_path / "lock"
+    (folder / "router").mkdir(parents=True)
+    for source in lock_path(project).parent.iterdir():
+        (folder / "router" / source.name).write_bytes(source.read_bytes())
+    lock = read_router_lock(project)
+    assert lock is not None
+    edited = folder / "router" / lock.requirements
+    edited.write_text(edited.read_text().replace("aiohttp==", "aiohttp>="))
+    copy = replace(project, lock_path=folder / "vllm.lock.json")
+    with pytest.raises(InputError, match="not the file `factory lock` wrote"):
+        router_files(copy)
+
+
+@pytest.fixture(scope="session")
+def router_built(project: Project, docker_client: docker.DockerClient) -> BuildResult:
+    """The router image, built once per run through the factory's BuildKit path."""
+    from factory.router.build import build_router
+    from factory.settings import load_settings
+
+    return build_router(project, load_settings(ROOT))
+
+
+@pytest.mark.docker
+def test_the_router_image_is_tagged_and_labelled_like_the_factory_images(
+    project: Project, router_built: BuildResult, docker_client: docker.DockerClient
+) -> None:
+    image = router_image(project)
+    assert image is not None
+    assert router_built.tags == [image.reference, image.immutable_reference]
+    labels = docker_client.images.get(image.reference).labels
+    assert labels["ai.vllm.factory.inputs-hash"] == image.inputs_hash == router_built.inputs_hash
+    assert labels["ai.vllm.factory.router-version"] == image.lock.version
+    assert labels["org.opencontainers.image.vendor"] == "vllm-image-factory"
+    assert docker_client.images.get(image.immutable_reference).id == router_built.image_id
+
+
+class Cluster:
+    """Containers on one labelled network, each removed (with the network) when the test ends."""
+
+    def __init__(self, client: docker.DockerClient) -> None:
+        self.client = client
+        self.network = client.networks.create(f"factory-router-{uuid.uuid4().hex[:8]}", labels=ROUTER_LABEL)
+        self.containers: list[Any] = []
+
+    def run(self, name: str, image: str, command: list[str], **options: Any) -> Any:
+        container = self.client.containers.run(
+            image,
+            command,
+            detach=True,
+            name=f"{self.network.name}-{name}",
+            labels=ROUTER_LABEL,
+            network=self.network.name,
+            **options,
+        )
+        self.containers.append(container)
+        return container
+
+    def url(self, name: str, port: int = 8000) -> str:
+        """How the others reach a container on the network: by its name."""
+        return f"http://{self.network.name}-{name}:{port}"
+
+    def remove(self) -> None:
+        for container in self.containers:
+            container.remove(force=True, v=True)
+        self.network.remove()
+
+
+@pytest.fixture
+def cluster(docker_client: docker.DockerClient) -> Iterator[Cluster]:
+    found = Cluster(docker_client)
+    try:
+        yield found
+    finally:
+        found.remove()
+
+
+def tiny_server(cluster: Cluster, name: str, image: str, extra: list[str], **options: Any) -> Any:
+    """A CPU server of the tiny model, as the image's own default command serves it, plus `extra`."""
+    config = cluster.client.images.get(image).attrs["Config"]
+    return cluster.run(name, image, [*config["Cmd"], "--port", "8000", *extra], shm_size="2g", **options)
+
+
+def wait_for_health(container: Any, timeout_s: float = 900) -> None:
+    """Until Docker's own health check (the image's HEALTHCHECK) says healthy; fails at once if it exits."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        container.reload()
+        state = container.attrs["State"]
+        if state["Status"] == "exited":
+            raise AssertionError(f"{container.name} exited:\n{container.logs(tail=60).decode(errors='replace')}")
+        if state.get("Health", {}).get("Status") == "healthy":
+            return
+        time.sleep(2)
+    raise AssertionError(f"{container.name} not healthy:\n{container.logs(tail=60).decode(errors='replace')}")
+
+
+def published(container: Any, port: int = 8000) -> str:
+    container.reload()
+    return f"http://127.0.0.1:{container.ports[f'{port}/tcp'][0]['HostPort']}"
+
+
+def completions_served(container: Any) -> int:
+    """How many completions the server's access log shows it answered."""
+    return container.logs().decode(errors="replace").count('"POST /v1/completions HTTP/1.1" 200')
+
+
+@pytest.mark.docker
+@pytest.mark.e2e
+def test_the_router_starts_answers_health_and_routes_completions_to_two_cpu_servers(
+    no_leftovers: None, project: Project, router_built: BuildResult, tiny_built: BuildResult, cluster: Cluster
+) -> None:
+    servers = [tiny_server(cluster, name, tiny_built.image, []) for name in ("server-1", "server-2")]
+    router = cluster.run(
+        "router",
+        router_built.image,
+        ["--worker-urls", cluster.url("server-1"), cluster.url("server-2"), "--policy", "round_robin",
+         "--host", "0.0.0.0", "--port", "8000", "--worker-startup-check-interval", "2"],  # fmt: skip
+        ports={"8000/tcp": ("127.0.0.1", None)},
+    )
+    for server in servers:
+        wait_for_health(server)
+    wait_for_health(router, 180)  # the image's own HEALTHCHECK: curl on the router's /health
+    url = published(router)
+    assert requests.get(f"{url}{HEALTH_PATH}", timeout=10).status_code == 200
+    for _ in range(4):
+        response = requests.post(
+            f"{url}/v1/completions",
+            json={"model": TINY, "prompt": "The router sends this to", "max_tokens": 4, "temperature": 0},
+            timeout=300,
+        )
+        assert response.status_code == 200, response.text
+        assert response.json()["choices"][0]["text"]
+    served = [completions_served(server) for server in servers]
+    assert served == [2, 2], f"round robin over both servers: {served}"
