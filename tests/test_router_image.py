@@ -83,7 +83,9 @@ def test_the_router_image_installs_exactly_the_locked_set(project: Project) -> N
     assert {"aiohttp", "fastapi", "uvicorn", "orjson", "setproctitle", "requests"} <= set(pins)
     assert locked.count("--hash=sha256:") >= len(pins), "every pin carries its hashes"
     dockerfile = files["Dockerfile"]
-    assert "--require-hashes --no-deps" in dockerfile and "-r /tmp/requirements/requirements.txt" in dockerfile
+    assert (
+        "--require-hashes --no-deps" in dockerfile and "-r /tmp/requirements/requirements.txt" in dockerfile
+    )
     assert "ARG BASE_IMAGE=" in dockerfile and "FROM ${BASE_IMAGE}" in dockerfile
     assert 'ENTRYPOINT ["vllm-router"]' in dockerfile
 
@@ -180,7 +182,9 @@ def wait_for_health(container: Any, timeout_s: float = 900) -> None:
         container.reload()
         state = container.attrs["State"]
         if state["Status"] == "exited":
-            raise AssertionError(f"{container.name} exited:\n{container.logs(tail=60).decode(errors='replace')}")
+            raise AssertionError(
+                f"{container.name} exited:\n{container.logs(tail=60).decode(errors='replace')}"
+            )
         if state.get("Health", {}).get("Status") == "healthy":
             return
         time.sleep(2)
@@ -206,8 +210,19 @@ def test_the_router_starts_answers_health_and_routes_completions_to_two_cpu_serv
     router = cluster.run(
         "router",
         router_built.image,
-        ["--worker-urls", cluster.url("server-1"), cluster.url("server-2"), "--policy", "round_robin",
-         "--host", "0.0.0.0", "--port", "8000", "--worker-startup-check-interval", "2"],  # fmt: skip
+        [
+            "--worker-urls",
+            cluster.url("server-1"),
+            cluster.url("server-2"),
+            "--policy",
+            "round_robin",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "8000",
+            "--worker-startup-check-interval",
+            "2",
+        ],
         ports={"8000/tcp": ("127.0.0.1", None)},
     )
     for server in servers:

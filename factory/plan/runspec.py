@@ -198,7 +198,8 @@ def process_spec(
     server, vendor = run.server, run.vendor
     port_flag = _flag_value(args, "--port")
     port_setting = _setting_named(port_flag)
-    if port is None and port_setting is not None:  # `--port $ROUTER_PORT`: it listens on that setting's default
+    # `--port $ROUTER_PORT` (the PD router): it listens on that setting's default unless set otherwise.
+    if port is None and port_setting is not None:
         default = setting(port_setting).default
         port = int(default) if default and default.isdigit() else None
     listens = port or server.port

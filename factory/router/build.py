@@ -33,7 +33,11 @@ def locked_router(project: Project) -> RouterImage:
 
 
 def build_router(
-    project: Project, settings: BuildSettings, backend: str = "auto", echo: bool = False, report: Reporter = silent
+    project: Project,
+    settings: BuildSettings,
+    backend: str = "auto",
+    echo: bool = False,
+    report: Reporter = silent,
 ) -> BuildResult:
     """Build and tag the locked router image from images/vllm-router/<release>/ (refused when stale)."""
     image = locked_router(project)

@@ -64,7 +64,7 @@ class RouterImage(BaseModel):
         return {
             "org.opencontainers.image.title": f"{PACKAGE} {self.lock.version}",
             "org.opencontainers.image.description": (
-                f"{PACKAGE} {self.lock.version}: the prefill/decode router of the factory's pd_cluster deployments"
+                f"{PACKAGE} {self.lock.version}: the router of the factory's pd_cluster deployments"
             ),
             "org.opencontainers.image.version": self.tag,
             "org.opencontainers.image.vendor": "vllm-image-factory",
@@ -123,5 +123,8 @@ def _files(project: Project, image: RouterImage) -> list[OutputFile]:
             folder / "requirements" / "requirements.txt",
             locked_text(project, lock.requirements, lock.digest).encode(),
         ),
-        OutputFile(folder / "requirements" / "uv.txt", locked_text(project, lock.uv_requirements, lock.uv_digest).encode()),
+        OutputFile(
+            folder / "requirements" / "uv.txt",
+            locked_text(project, lock.uv_requirements, lock.uv_digest).encode(),
+        ),
     ]

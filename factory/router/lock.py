@@ -48,7 +48,9 @@ def read_router_lock(project: Project) -> RouterLock | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as exc:
-        raise InputError(f"the router lock is not valid JSON: {exc}", file=path, hint="run `factory lock`") from None
+        raise InputError(
+            f"the router lock is not valid JSON: {exc}", file=path, hint="run `factory lock`"
+        ) from None
     return parse_model(RouterLock, data, path)
 
 
@@ -81,7 +83,9 @@ def lock_router(project: Project, upgrade: bool = False, report: Reporter = sile
         f"{PACKAGE}-{version}-{_arch()}-py{PYTHON}.txt": index.compile_set(
             [f"{PACKAGE}=={version}"], PLATFORM, PYTHON, [], None, None
         ),
-        f"uv-{uv}-{_arch()}-py{PYTHON}.txt": index.compile_set([f"uv=={uv}"], PLATFORM, PYTHON, [], None, None),
+        f"uv-{uv}-{_arch()}-py{PYTHON}.txt": index.compile_set(
+            [f"uv=={uv}"], PLATFORM, PYTHON, [], None, None
+        ),
     }
     (router_file, router_text), (uv_file, uv_text) = texts.items()
     new = RouterLock(
