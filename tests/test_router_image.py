@@ -1,6 +1,9 @@
 """The PD router's image: vllm-router hash-locked in a small image of its own, tagged and labelled like the
 factory's images, named by every pd_cluster deployment's router, and validated for real: it starts, its
-health check passes, and it routes completions to two CPU servers of the tiny model."""
+health check passes, and it routes completions to two CPU servers of the tiny model. Then prefill/decode
+for real on CPU: a prefill and a decode server of the tiny model joined by vLLM's ExampleConnector (KV
+through shared storage, no GPU), behind the router in P/D mode, answering a chat with KV the decode
+server loaded and did not compute."""
 
 from __future__ import annotations
 
@@ -134,6 +137,7 @@ class Cluster:
         self.client = client
         self.network = client.networks.create(f"factory-router-{uuid.uuid4().hex[:8]}", labels=ROUTER_LABEL)
         self.containers: list[Any] = []
+        self.volumes: list[Any] = []
 
     def run(self, name: str, image: str, command: list[str], **options: Any) -> Any:
         container = self.client.containers.run(
@@ -152,9 +156,16 @@ class Cluster:
         """How the others reach a container on the network: by its name."""
         return f"http://{self.network.name}-{name}:{port}"
 
+    def volume(self) -> str:
+        created = self.client.volumes.create(labels=ROUTER_LABEL)
+        self.volumes.append(created)
+        return str(created.name)
+
     def remove(self) -> None:
         for container in self.containers:
             container.remove(force=True, v=True)
+        for volume in self.volumes:
+            volume.remove(force=True)
         self.network.remove()
 
 
@@ -240,3 +251,91 @@ def test_the_router_starts_answers_health_and_routes_completions_to_two_cpu_serv
         assert response.json()["choices"][0]["text"]
     served = [completions_served(server) for server in servers]
     assert served == [2, 2], f"round robin over both servers: {served}"
+
+
+# vLLM's connector that passes KV through a shared folder (named SharedStorageConnector before 0.11): the one
+# connector vLLM ships that needs no GPU and no RDMA. Each server saves the KV of the prompts it computes and
+# loads what the folder holds for a prompt it is given.
+KV_FOLDER = "/kv"
+KV_TRANSFER = {
+    "kv_connector": "ExampleConnector",
+    "kv_role": "kv_both",
+    "kv_connector_extra_config": {"shared_storage_path": KV_FOLDER},
+}
+
+
+def metric(container: Any, name: str, **labels: str) -> float:
+    """One sample of the server's Prometheus metrics, read inside its container."""
+    result = container.exec_run(["curl", "-fsS", "http://127.0.0.1:8000/metrics"])
+    assert result.exit_code == 0, result.output
+    wanted = [f'{key}="{value}"' for key, value in labels.items()]
+    for line in result.output.decode().splitlines():
+        if line.startswith(name + "{") and all(label in line for label in wanted):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no {name} {labels} in the metrics of {container.name}")
+
+
+@pytest.mark.docker
+@pytest.mark.e2e
+def test_prefill_and_decode_on_cpu_behind_the_router_decode_loads_kv_it_did_not_compute(
+    no_leftovers: None, router_built: BuildResult, tiny_built: BuildResult, cluster: Cluster
+) -> None:
+    import json
+
+    folder = cluster.volume()
+    kv = ["--kv-transfer-config", json.dumps(KV_TRANSFER)]
+    prefill, decode = (
+        tiny_server(cluster, name, tiny_built.image, kv, volumes={folder: {"bind": KV_FOLDER, "mode": "rw"}})
+        for name in ("prefill", "decode")
+    )
+    # The router's P/D command as the pd_cluster files write it, over these two servers.
+    router = cluster.run(
+        "router",
+        router_built.image,
+        [
+            "--policy",
+            "round_robin",
+            "--vllm-pd-disaggregation",
+            "--prefill",
+            cluster.url("prefill"),
+            "--decode",
+            cluster.url("decode"),
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "8000",
+            "--worker-startup-check-interval",
+            "2",
+        ],
+        ports={"8000/tcp": ("127.0.0.1", None)},
+    )
+    for server in (prefill, decode):
+        wait_for_health(server)
+    wait_for_health(router, 180)
+    # A prompt longer than one KV block (the connector moves whole blocks), well inside --max-model-len 512.
+    prompt = " ".join(f"word{index}" for index in range(40))
+    response = requests.post(
+        f"{published(router)}/v1/chat/completions",
+        json={
+            "model": TINY,
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": 8,
+            "temperature": 0,
+        },
+        timeout=300,
+    )
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert answer["usage"]["completion_tokens"] == 8 and answer["choices"][0]["message"]["content"]
+    prompt_tokens = answer["usage"]["prompt_tokens"]
+    # The prefill server computed the prompt and one token (the router asks it for max_tokens=1) ...
+    assert metric(prefill, "vllm:generation_tokens_total") == 1
+    assert metric(prefill, "vllm:prompt_tokens_by_source_total", source="local_compute") == prompt_tokens
+    # ... and the decode server took the prompt's KV from it instead of computing it: whole blocks loaded
+    # from the shared folder, only the remainder computed, and the eight tokens generated there.
+    loaded = metric(decode, "vllm:prompt_tokens_by_source_total", source="external_kv_transfer")
+    computed = metric(decode, "vllm:prompt_tokens_by_source_total", source="local_compute")
+    assert loaded > 0 and loaded + computed == prompt_tokens, (loaded, computed, prompt_tokens)
+    assert metric(decode, "vllm:generation_tokens_total") == 8
+    logs = decode.logs().decode(errors="replace")
+    assert "External Cache Hit!" in logs and f"Inject KV cache of {int(loaded)} tokens" in logs, logs[-3000:]
