@@ -90,6 +90,11 @@ def cmd_list(project: Project, args: argparse.Namespace) -> int:
         image = blueprint.image
         where = image.directory if image.install else f"not built: {image.unbuildable}"
         say(f"{image.reference}\t{image.platform}\t{where}")
+    from factory.router.image import router_image
+
+    router = router_image(project)  # the PD router's own image
+    if router is not None:
+        say(f"{router.reference}\t{router.platform}\t{router.directory}")
     return report_problems(blueprints.problems)
 
 

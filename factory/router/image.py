@@ -10,9 +10,9 @@ from pydantic import BaseModel, ConfigDict
 
 from factory.plan.naming import REPOSITORY_PREFIX
 from factory.project import Project
-from factory.render.outputs import OutputFile
+from factory.render.outputs import BakeTarget, OutputFile
 from factory.render.templating import environment
-from factory.router.lock import PACKAGE, RouterLock, lock_path, locked_text, read_router_lock
+from factory.router.lock import FOLDER, PACKAGE, RouterLock, lock_path, locked_text, read_router_lock
 
 SLUG = "vllm-router"
 # The router's base: Debian's Python, as the CPU images use (BASE_IMAGE replaces it, as for every image).
@@ -117,14 +117,34 @@ def _files(project: Project, image: RouterImage) -> list[OutputFile]:
         )
     )
     folder = image.directory
+    sets = {
+        "requirements.txt": (lock.requirements, lock.digest),
+        "uv.txt": (lock.uv_requirements, lock.uv_digest),
+    }
+    copies = [
+        OutputFile(
+            folder / "requirements" / name,
+            (
+                f"# DO NOT EDIT: copied by `factory generate` from recipes/lock/{FOLDER}/{source}.\n"
+                + locked_text(project, source, digest)
+            ).encode(),
+        )
+        for name, (source, digest) in sets.items()
+    ]
+    return [OutputFile(folder / "Dockerfile", dockerfile.encode()), *copies]
+
+
+def router_bake_targets(project: Project) -> list[BakeTarget]:
+    """The router as a `docker buildx bake` target (group `router`), beside the vLLM images."""
+    image = router_image(project)
+    if image is None:
+        return []
     return [
-        OutputFile(folder / "Dockerfile", dockerfile.encode()),
-        OutputFile(
-            folder / "requirements" / "requirements.txt",
-            locked_text(project, lock.requirements, lock.digest).encode(),
-        ),
-        OutputFile(
-            folder / "requirements" / "uv.txt",
-            locked_text(project, lock.uv_requirements, lock.uv_digest).encode(),
-        ),
+        BakeTarget(
+            name=f"{SLUG}-{image.tag}".replace(".", "-"),
+            context=image.directory.as_posix(),
+            platform=image.platform,
+            tags=(image.reference, image.immutable_reference),
+            hardware="router",
+        )
     ]
