@@ -218,6 +218,9 @@ def test_the_router_starts_answers_health_and_routes_completions_to_two_cpu_serv
     no_leftovers: None, project: Project, router_built: BuildResult, tiny_built: BuildResult, cluster: Cluster
 ) -> None:
     servers = [tiny_server(cluster, name, tiny_built.image, []) for name in ("server-1", "server-2")]
+    # The router binds only once its workers are healthy and gives up after 600 s: start it after them.
+    for server in servers:
+        wait_for_health(server)
     router = cluster.run(
         "router",
         router_built.image,
@@ -236,8 +239,6 @@ def test_the_router_starts_answers_health_and_routes_completions_to_two_cpu_serv
         ],
         ports={"8000/tcp": ("127.0.0.1", None)},
     )
-    for server in servers:
-        wait_for_health(server)
     wait_for_health(router, 180)  # the image's own HEALTHCHECK: curl on the router's /health
     url = published(router)
     assert requests.get(f"{url}{HEALTH_PATH}", timeout=10).status_code == 200
@@ -288,6 +289,8 @@ def test_prefill_and_decode_on_cpu_behind_the_router_decode_loads_kv_it_did_not_
         tiny_server(cluster, name, tiny_built.image, kv, volumes={folder: {"bind": KV_FOLDER, "mode": "rw"}})
         for name in ("prefill", "decode")
     )
+    for server in (prefill, decode):
+        wait_for_health(server)
     # The router's P/D command as the pd_cluster files write it, over these two servers.
     router = cluster.run(
         "router",
@@ -309,8 +312,6 @@ def test_prefill_and_decode_on_cpu_behind_the_router_decode_loads_kv_it_did_not_
         ],
         ports={"8000/tcp": ("127.0.0.1", None)},
     )
-    for server in (prefill, decode):
-        wait_for_health(server)
     wait_for_health(router, 180)
     # A prompt longer than one KV block (the connector moves whole blocks), well inside --max-model-len 512.
     prompt = " ".join(f"word{index}" for index in range(40))
