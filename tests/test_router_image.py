@@ -340,3 +340,32 @@ def test_prefill_and_decode_on_cpu_behind_the_router_decode_loads_kv_it_did_not_
     assert metric(decode, "vllm:generation_tokens_total") == 8
     logs = decode.logs().decode(errors="replace")
     assert "External Cache Hit!" in logs and f"Inject KV cache of {int(loaded)} tokens" in logs, logs[-3000:]
+
+
+def test_without_a_locked_router_the_router_file_still_parses_and_asks_for_an_image(
+    project: Project, tmp_path: Path
+) -> None:
+    """Before `factory lock` locked the router, the file names the setting, with why, and Compose reads it."""
+    import subprocess
+
+    from factory.tools import compose_binary
+
+    unlocked = replace(project, lock_path=tmp_path / "lock" / "vllm.lock.json")
+    assert router_image(unlocked) is None
+    deployment = pd_deployment(unlocked)
+    role = next(role for role in deployment.roles if role.program == "vllm-router")
+    path = tmp_path / "router.compose.yaml"
+    path.write_text(compose.render(deployment, role))
+    env = {"PATH": "/usr/bin:/bin", "PREFILL_NODE_1": "10.0.0.1", "DECODE_NODE_1": "10.0.0.2"}
+    command = [str(compose_binary()), "-f", str(path), "config", "--format", "json"]
+    missing = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
+    assert missing.returncode != 0 and "set VLLM_ROUTER_IMAGE: the PD router's image" in missing.stderr
+    named = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**env, "VLLM_ROUTER_IMAGE": "mirror/router:1"},
+    )
+    assert named.returncode == 0, named.stderr
+    assert '"image": "mirror/router:1"' in named.stdout
