@@ -107,6 +107,12 @@ def bench(session: nox.Session) -> None:
     session.run(PY, str(ROOT / "benchmarks" / "bench.py"), *session.posargs)
 
 
+@nox.session(name="build-router", default=False)
+def build_router(session: nox.Session) -> None:
+    """Build the PD router's image (vllm-router, hash-locked); tests/test_router_image.py validates it."""
+    factory(session, "build-router", *session.posargs)
+
+
 def _make_build_session(hardware: str) -> None:
     recipe = CATALOG.build_recipe(hardware)
 

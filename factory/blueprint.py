@@ -26,10 +26,12 @@ from factory.project import Project
 from factory.recipes.loader import LoadedRecipe, RecipeProblem, RecipeTree
 from factory.render.hashing import hashed_context
 from factory.render.outputs import OutputFile, compose_outputs
+from factory.router.image import router_image
 from factory.synthesis.matrix import Combination, Refusal, combinations, hardware_for
 
 _NOT_JUDGED = JudgedVersion(None, "not judged")
-# vllm-router is its own program: a setting names its image until the factory builds one.
+# vllm-router is its own program, in an image of its own (factory/router/); before `factory lock` locked it, a
+# setting names the image to run.
 ROUTER_IMAGE = "$VLLM_ROUTER_IMAGE"
 
 
@@ -224,7 +226,7 @@ def _deployment(
         planned.roles,
         run,
         image=image.reference,
-        router_image=ROUTER_IMAGE,
+        router_image=_router(project) if planned.deploy_type == "pd_cluster" else ROUTER_IMAGE,
         host_network=host_network,
         deployment=f"{image.slug}.{image.hardware}-{image.variant}.{combo.strategy}",
     )
@@ -241,6 +243,11 @@ def _deployment(
         recommended=combo.recommended,
         run=groups,
     )
+
+
+def _router(project: Project) -> str:
+    router = router_image(project)
+    return router.reference if router is not None else ROUTER_IMAGE
 
 
 def select(project: Project, model: str, hardware: str, variant: str | None = None) -> list[Blueprint]:

@@ -27,6 +27,7 @@ from factory.memory import (
 from factory.project import Project
 from factory.recipes.loader import RecipeProblem
 from factory.render.outputs import BakeTarget, OutputFile, bake_output
+from factory.router.image import router_bake_targets, router_files
 from factory.writer import stale_outputs, write_outputs
 
 MANIFEST = PurePosixPath("images/.factory-manifest.json")
@@ -107,7 +108,9 @@ def generate(project: Project, check: bool = False, nodes: int | None = None) ->
         if problem.recipe_id in previous:
             outputs[problem.recipe_id] = previous[problem.recipe_id]
     kept = sorted(path for p in problems for path in outputs.get(p.recipe_id, RecipeOutput([], [])).files)
-    shared_files = [bake_output([t for o in outputs.values() for t in o.bake]), _manifest_file(outputs)]
+    # The PD router's image (one for every pd_cluster deployment) is built beside the vLLM images.
+    targets = [t for o in outputs.values() for t in o.bake] + router_bake_targets(project)
+    shared_files = [bake_output(targets), _manifest_file(outputs), *router_files(project)]
     expected = {path for entry in entries.values() for path in entry.files} | set(kept)
     expected |= {file.path.as_posix() for file in shared_files}
     count = len(expected) - len(kept)

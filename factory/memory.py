@@ -54,6 +54,7 @@ def shared_inputs(project: Project, nodes: int | None) -> str:
         *sorted((tree / "strategies").glob("*.yaml")),
         project.lock_path,  # images install what the lock says: its sets are inputs too
         *sorted((project.lock_path.parent / "sets").glob("*.txt")),
+        *sorted((project.lock_path.parent / "router").glob("*")),  # pd_cluster files name the router's image
     ]
     for path in paths:
         if path.is_file():

@@ -8,11 +8,11 @@ variable "REGISTRY" {
 }
 
 group "default" {
-  targets = ["tiny-random-llama-vllm0-32-0-cpu-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b300-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi300x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi325x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi355x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi350x-default"]
+  targets = ["tiny-random-llama-vllm0-32-0-cpu-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b300-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi300x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi325x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi355x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi350x-default", "vllm-router-0-1-17"]
 }
 
 group "amd64" {
-  targets = ["tiny-random-llama-vllm0-32-0-cpu-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b300-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi300x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi325x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi355x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi350x-default"]
+  targets = ["tiny-random-llama-vllm0-32-0-cpu-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b300-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi300x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi325x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi355x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi350x-default", "vllm-router-0-1-17"]
 }
 
 group "b200" {
@@ -49,6 +49,10 @@ group "mi350x" {
 
 group "mi355x" {
   targets = ["kimi-linear-48b-a3b-instruct-vllm0-11-2-mi355x-default"]
+}
+
+group "router" {
+  targets = ["vllm-router-0-1-17"]
 }
 
 target "tiny-random-llama-vllm0-32-0-cpu-default" {
@@ -112,4 +116,11 @@ target "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi350x-default" {
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
   tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi350x-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi350x-default-d27b2a23f5b1"]
+}
+
+target "vllm-router-0-1-17" {
+  context    = "images/vllm-router/0.1.17"
+  dockerfile = "Dockerfile"
+  platforms  = ["linux/amd64"]
+  tags       = ["${REGISTRY}vllm-factory/vllm-router:0.1.17", "${REGISTRY}vllm-factory/vllm-router:0.1.17-446ccb806e61"]
 }

@@ -19,12 +19,11 @@ from docker.errors import ImageNotFound
 
 from factory.blueprint import Blueprint
 from factory.build.backends import has_buildx, run_build
-from factory.build.context import check_generated, stage
+from factory.build.context import BuildTarget, check_generated, stage
 from factory.engine import connect, engine_facts
 from factory.errors import DockerError
 from factory.files import write_text_atomic
 from factory.live import BuildProgress
-from factory.plan.models import ImagePlan
 from factory.reporter import Reporter, silent
 from factory.settings import BuildSettings
 
@@ -44,7 +43,7 @@ class BuildResult:
     inputs_hash: str
 
 
-def choose_backend(requested: str, image: ImagePlan, engine_platform: str) -> str:
+def choose_backend(requested: str, image: BuildTarget, engine_platform: str) -> str:
     buildx = has_buildx() if requested in ("auto", "bake") else False
     if requested == "bake" and not buildx:
         raise DockerError("--backend bake needs the docker buildx plugin, which this machine lacks")

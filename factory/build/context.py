@@ -6,6 +6,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from factory.blueprint import Blueprint
 from factory.errors import InputError
@@ -13,9 +14,20 @@ from factory.plan.models import ImagePlan
 from factory.settings import BuildSettings
 
 
+class BuildTarget(Protocol):
+    """What a build needs to know of its image: a vLLM image's plan, or the PD router's image."""
+
+    @property
+    def tag(self) -> str: ...
+    @property
+    def reference(self) -> str: ...
+    @property
+    def platform(self) -> str: ...
+
+
 @dataclass(frozen=True)
 class StagedContext:
-    image: ImagePlan
+    image: BuildTarget
     directory: Path
     build_args: dict[str, str]  # never secrets: they are visible in the image's history
     secrets: dict[str, Path]  # id -> file; mounted only during RUN steps, never stored
@@ -47,18 +59,23 @@ def stage(root: Path, image: ImagePlan, settings: BuildSettings, workdir: Path) 
         build_args["BASE_IMAGE"] = settings.base_image
     if settings.pip_extra_index_url is not None:
         build_args["PIP_EXTRA_INDEX_URL"] = settings.pip_extra_index_url
+    return StagedContext(image, directory, build_args, stage_secrets(settings, workdir, image.tag), base)
+
+
+def stage_secrets(settings: BuildSettings, workdir: Path, name: str) -> dict[str, Path]:
+    """The build's secrets as files in `workdir` (id -> file)."""
     secrets = {}
     sources = (("cabundle", settings.ca_bundle), ("pipconf", settings.pip_conf), ("uvenv", settings.uv_env))
     for secret_id, source in sources:
         # A declared secret must exist; an empty file means "none" (the Dockerfile checks -s).
-        target = workdir / f"{image.tag}.{secret_id}"
+        target = workdir / f"{name}.{secret_id}"
         if source:
             shutil.copyfile(source, target)
         else:
             target.write_bytes(b"")
         target.chmod(0o600)
         secrets[secret_id] = target
-    return StagedContext(image, directory, build_args, secrets, base)
+    return secrets
 
 
 def _link_or_copy(source: Path, target: Path) -> None:

@@ -102,6 +102,11 @@ def cmd_list(project: Project, args: argparse.Namespace) -> int:
         say(f"{image.reference}\t{image.platform}\t{where}")
         if not image.install:
             causes[image.unbuildable_cause or "unknown"] += 1
+    from factory.router.image import router_image
+
+    router = router_image(project)  # the PD router's own image
+    if router is not None:
+        say(f"{router.reference}\t{router.platform}\t{router.directory}")
     catalog = project.catalog.hardware
     no_entry = {
         (s.model, s.variant, s.hardware)
@@ -155,6 +160,10 @@ def cmd_lock(project: Project, args: argparse.Namespace) -> int:
         say(f"  moved {line}")
     for line in [*result.none, *result.unresolvable]:
         warn(f"  not buildable: {line}")
+    from factory.router.lock import lock_path, lock_router
+
+    router = lock_router(project, upgrade == "*", report=say)
+    say(f"locked the PD router: vllm-router {router.version}: {lock_path(project)}")
     return 0
 
 

@@ -70,6 +70,19 @@ def cmd_build(project: Project, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_build_router(project: Project, args: argparse.Namespace) -> int:
+    from factory.build.builder import summary, write_report
+    from factory.router.build import build_router
+    from factory.settings import load_settings
+
+    settings = load_settings(project.root, {"base_image": args.base_image})
+    result = build_router(project, settings, backend=args.backend, echo=args.verbose, report=say)
+    say(summary(result))
+    write_report([result], args.report)
+    say(f"report: {args.report}")
+    return 0
+
+
 def cmd_validate(project: Project, args: argparse.Namespace) -> int:
     from factory.validate.runner import validate_image
 

@@ -18,6 +18,7 @@ from factory.cli.files import (
 )
 from factory.cli.images import (
     cmd_build,
+    cmd_build_router,
     cmd_check_args,
     cmd_publish,
     cmd_publish_platforms,
@@ -156,6 +157,13 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--report", type=Path, default=Path("reports/build.json"))
     build.add_argument("-v", "--verbose", action="store_true", help="print BuildKit's output as it comes")
     build.set_defaults(func=cmd_build)
+
+    router = sub.add_parser("build-router", help="build (and tag) the PD router's image, via BuildKit")
+    router.add_argument("--base-image", help="build on this image instead of its base (a mirror)")
+    router.add_argument("--backend", choices=["auto", "compose", "bake"], default="auto")
+    router.add_argument("--report", type=Path, default=Path("reports/build-router.json"))
+    router.add_argument("-v", "--verbose", action="store_true", help="print BuildKit's output as it comes")
+    router.set_defaults(func=cmd_build_router)
 
     validate = sub.add_parser("validate", help="check a built image inside, then serve and probe it")
     _add_target_args(validate)

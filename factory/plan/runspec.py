@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from factory.catalog.schema import GpuRequest, Secret, Server, Vendor, Volume
+from factory.plan.settings import PLACEHOLDER, known_setting, setting
 from factory.synthesis.args import flag_value
 
 
@@ -49,13 +50,15 @@ class HealthProbe(Frozen):
     path: str
     port: int
     host: Value  # where to ask: the address the process listens on
+    port_setting: str | None = None  # the port is this setting's value (`port` its default): the PD router's
     start_period_s: int
     interval_s: int
     timeout_s: int
     retries: int
 
     def url(self, host: str) -> str:
-        return f"http://{host}:{self.port}{self.path}"
+        port = f"${self.port_setting}" if self.port_setting else self.port
+        return f"http://{host}:{port}{self.path}"
 
     def command(self, host: str) -> list[str]:
         """The check Docker runs inside the container (the image's own HEALTHCHECK runs the same)."""
@@ -193,6 +196,12 @@ def process_spec(
 ) -> RunSpec:
     """One process's spec: its command from the plan, everything else from the catalog."""
     server, vendor = run.server, run.vendor
+    port_flag = _flag_value(args, "--port")
+    port_setting = _setting_named(port_flag)
+    # `--port $ROUTER_PORT` (the PD router): it listens on that setting's default unless set otherwise.
+    if port is None and port_setting is not None:
+        default = setting(port_setting).default
+        port = int(default) if default and default.isdigit() else None
     listens = port or server.port
     host_flag = _flag_value(args, "--host")
     probe = (
@@ -204,6 +213,7 @@ def process_spec(
             interval_s=server.health_interval_s,
             timeout_s=server.health_timeout_s,
             retries=server.health_retries,
+            port_setting=port_setting,
         )
         if serves_http
         else None
@@ -230,6 +240,13 @@ def process_spec(
         volumes=tuple(server.volumes) if is_vllm else (),
         labels=tuple(sorted(labels.items())),
     )
+
+
+def _setting_named(value: Value | None) -> str | None:
+    """The setting a whole value names (`$ROUTER_PORT`), if the factory knows it."""
+    match = PLACEHOLDER.fullmatch(value) if isinstance(value, str) else None
+    name = (match.group("braced") or match.group("bare")) if match else None
+    return name if name is not None and known_setting(name) is not None else None
 
 
 def _flag_value(args: Sequence[Value], flag: str) -> Value | None:

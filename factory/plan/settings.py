@@ -35,7 +35,8 @@ SETTINGS: dict[str, Setting] = {
     "ROUTER_HOST": Setting("127.0.0.1", "address the PD router listens on (0.0.0.0 to serve other hosts)"),
     "ROUTER_PORT": Setting("8000", "port the PD router listens on"),
     "VLLM_ROUTER_IMAGE": Setting(
-        None, "an image whose entrypoint runs vllm-router (pip install vllm-router)"
+        None,
+        "the PD router's image: one whose entrypoint runs vllm-router (`factory build-router` builds it)",
     ),
 }
 # Settings named by pattern: one per node of a prefill or decode pool.

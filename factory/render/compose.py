@@ -20,6 +20,7 @@ CANNOT_EXPRESS = {
     "every process reserves all of its node's GPUs (the recipe pages' --gpus all)",
 }
 IMAGE_SETTING = "FACTORY_IMAGE"  # runs another image (a mirror, a test build) with the same file
+ROUTER_IMAGE_SETTING = "VLLM_ROUTER_IMAGE"  # the same for the PD router's image
 PORT_SETTING = "API_PORT"  # the host port a one-node deployment publishes its API on
 BIND_SETTING = "BIND_ADDRESS"  # the host address it is published on (loopback unless set)
 
@@ -113,7 +114,8 @@ def render(deployment: Deployment, role: NodeRole) -> str:
 def _image(spec: RunSpec) -> str:
     if spec.image.startswith("$"):
         return compose_value(spec.image)
-    return f"${{{IMAGE_SETTING}:-{spec.image}}}"
+    setting = IMAGE_SETTING if spec.program == "vllm" else ROUTER_IMAGE_SETTING
+    return f"${{{setting}:-{spec.image}}}"
 
 
 def _group_notes(deployment: Deployment) -> list[tuple[str, str]]:

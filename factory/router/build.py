@@ -1,0 +1,87 @@
+"""`factory build-router`: the router image through the same BuildKit path as every image (a temporary tag,
+then the real tags once BuildKit succeeded), from its generated folder, with the same secrets."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from docker.errors import ImageNotFound
+
+from factory.build.backends import run_build
+from factory.build.builder import BuildResult, choose_backend
+from factory.build.context import StagedContext, stage_secrets
+from factory.engine import connect, engine_facts
+from factory.errors import InputError
+from factory.project import Project
+from factory.reporter import Reporter, silent
+from factory.router.image import RouterImage, router_files, router_image
+from factory.settings import BuildSettings
+
+
+def locked_router(project: Project) -> RouterImage:
+    image = router_image(project)
+    if image is None:
+        raise InputError(
+            "the PD router is not locked", file=project.lock_path.parent / "router", hint="run `factory lock`"
+        )
+    return image
+
+
+def build_router(
+    project: Project,
+    settings: BuildSettings,
+    backend: str = "auto",
+    echo: bool = False,
+    report: Reporter = silent,
+) -> BuildResult:
+    """Build and tag the locked router image from images/vllm-router/<release>/ (refused when stale)."""
+    image = locked_router(project)
+    for file in router_files(project):
+        on_disk = project.root / file.path
+        if not on_disk.is_file() or on_disk.read_bytes() != file.content:
+            raise InputError(
+                "the generated build files are stale or missing",
+                file=on_disk,
+                hint="run `factory generate` (or `nox -s generate`) and commit the result",
+            )
+    client = connect()
+    facts = engine_facts(client)
+    chosen = choose_backend(backend, image, facts.platform)
+    temporary = f"factory-build-tmp/{image.slug}:{uuid.uuid4().hex[:12]}"
+    started = time.monotonic()
+    report(f"building {image.reference} with {chosen}")
+    with tempfile.TemporaryDirectory(prefix="factory-build-") as workdir:
+        directory = Path(workdir) / image.tag
+        shutil.copytree(project.root / image.directory, directory)
+        build_args = {"BASE_IMAGE": settings.base_image} if settings.base_image else {}
+        secrets = stage_secrets(settings, Path(workdir), image.tag)
+        staged = StagedContext(image, directory, build_args, secrets, settings.base_image or image.base_image)
+        try:
+            log = run_build(staged, temporary, chosen, echo)
+            built = client.images.get(temporary)
+            tags = [image.reference, image.immutable_reference]
+            for tag in tags:
+                repository, _, name = tag.rpartition(":")
+                built.tag(repository, name)
+        finally:
+            with contextlib.suppress(ImageNotFound):
+                client.images.remove(temporary, noprune=True)
+    built.reload()
+    return BuildResult(
+        image=image.reference,
+        tags=tags,
+        image_id=str(built.id),
+        size_bytes=int(built.attrs.get("Size", 0)),
+        duration_s=round(time.monotonic() - started, 2),
+        cached_steps=log.cached_steps,
+        total_steps=log.total_steps,
+        base_image=staged.base_image,
+        backend=chosen,
+        platform=image.platform,
+        inputs_hash=image.inputs_hash,
+    )

@@ -1,0 +1,150 @@
+"""The router image as `factory generate` writes it: a Dockerfile and the locked sets under
+images/vllm-router/<release>/, named, tagged and labelled like the factory's vLLM images."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path, PurePosixPath
+
+from pydantic import BaseModel, ConfigDict
+
+from factory.plan.naming import REPOSITORY_PREFIX
+from factory.project import Project
+from factory.render.outputs import BakeTarget, OutputFile
+from factory.render.templating import environment
+from factory.router.lock import FOLDER, PACKAGE, RouterLock, lock_path, locked_text, read_router_lock
+
+SLUG = "vllm-router"
+# The router's base: Debian's Python, as the CPU images use (BASE_IMAGE replaces it, as for every image).
+BASE_IMAGE = "debian:bookworm-slim"
+SYSTEM_PACKAGES = ("python3.11", "python3.11-venv", "curl", "ca-certificates")  # curl: the health check
+# vllm-router's own endpoint: it answers once the router serves (it binds only after its workers are
+# healthy), from the router itself (a worker going down later does not fail it: the router routes around it).
+HEALTH_PATH = "/health"
+PORT = 8000
+
+
+class RouterImage(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    lock: RouterLock
+    base_image: str = BASE_IMAGE
+    inputs_hash: str = ""  # sha256 of the build context (the Dockerfile without this line, and the sets)
+
+    @property
+    def slug(self) -> str:
+        return SLUG
+
+    @property
+    def platform(self) -> str:
+        return self.lock.platform
+
+    @property
+    def repository(self) -> str:
+        return f"{REPOSITORY_PREFIX}/{SLUG}"
+
+    @property
+    def tag(self) -> str:
+        return self.lock.version
+
+    @property
+    def reference(self) -> str:
+        return f"{self.repository}:{self.tag}"
+
+    @property
+    def immutable_reference(self) -> str:
+        return f"{self.reference}-{self.inputs_hash[:12]}"
+
+    @property
+    def directory(self) -> PurePosixPath:
+        return PurePosixPath("images") / SLUG / self.tag
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {
+            "org.opencontainers.image.title": f"{PACKAGE} {self.lock.version}",
+            "org.opencontainers.image.description": (
+                f"{PACKAGE} {self.lock.version}: the router of the factory's pd_cluster deployments"
+            ),
+            "org.opencontainers.image.version": self.tag,
+            "org.opencontainers.image.vendor": "vllm-image-factory",
+            "ai.vllm.factory.component": "router",
+            "ai.vllm.factory.router-version": self.lock.version,
+            "ai.vllm.factory.platform": self.platform,
+            "ai.vllm.factory.inputs-hash": self.inputs_hash,
+        }
+
+
+def router_image(project: Project) -> RouterImage | None:
+    """The locked router's image, with its inputs hash; None before `factory lock` locked the router."""
+    lock = read_router_lock(project)
+    return _hashed(project, lock) if lock is not None else None
+
+
+def _hashed(project: Project, lock: RouterLock) -> RouterImage:
+    key = (lock_path(project), lock)
+    if key not in _HASHED:  # every pd_cluster deployment names the router: hash its context once
+        unhashed = RouterImage(lock=lock)
+        digest = hashlib.sha256()
+        for file in _files(project, unhashed):
+            digest.update(file.path.as_posix().encode() + b"\0" + file.content)
+        _HASHED[key] = unhashed.model_copy(update={"inputs_hash": digest.hexdigest()})
+    return _HASHED[key]
+
+
+_HASHED: dict[tuple[Path, RouterLock], RouterImage] = {}
+
+
+def router_files(project: Project) -> list[OutputFile]:
+    """The router's build context, for `factory generate` (none before the router is locked)."""
+    image = router_image(project)
+    return _files(project, image) if image is not None else []
+
+
+def _files(project: Project, image: RouterImage) -> list[OutputFile]:
+    lock = image.lock
+    dockerfile = (
+        environment()
+        .get_template("Dockerfile.router.j2")
+        .render(
+            image=image,
+            lock=lock,
+            package=PACKAGE,
+            system_packages=SYSTEM_PACKAGES,
+            labels=image.labels,
+            health=f"http://127.0.0.1:{PORT}{HEALTH_PATH}",
+            port=PORT,
+        )
+    )
+    folder = image.directory
+    sets = {
+        "requirements.txt": (lock.requirements, lock.digest),
+        "uv.txt": (lock.uv_requirements, lock.uv_digest),
+    }
+    copies = [
+        OutputFile(
+            folder / "requirements" / name,
+            (
+                f"# DO NOT EDIT: copied by `factory generate` from recipes/lock/{FOLDER}/{source}.\n"
+                + locked_text(project, source, digest)
+            ).encode(),
+        )
+        for name, (source, digest) in sets.items()
+    ]
+    return [OutputFile(folder / "Dockerfile", dockerfile.encode()), *copies]
+
+
+def router_bake_targets(project: Project) -> list[BakeTarget]:
+    """The router as a `docker buildx bake` target (group `router`), beside the vLLM images."""
+    image = router_image(project)
+    if image is None:
+        return []
+    return [
+        BakeTarget(
+            name=f"{SLUG}-{image.tag}".replace(".", "-"),
+            context=image.directory.as_posix(),
+            platform=image.platform,
+            tags=(image.reference, image.immutable_reference),
+            hardware="router",
+        )
+    ]

@@ -1,0 +1,371 @@
+"""The PD router's image: vllm-router hash-locked in a small image of its own, tagged and labelled like the
+factory's images, named by every pd_cluster deployment's router, and validated for real: it starts, its
+health check passes, and it routes completions to two CPU servers of the tiny model. Then prefill/decode
+for real on CPU: a prefill and a decode server of the tiny model joined by vLLM's ExampleConnector (KV
+through shared storage, no GPU), behind the router in P/D mode, answering a chat with KV the decode
+server loaded and did not compute."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+import requests
+import yaml
+
+from factory.blueprint import plan_recipe
+from factory.build.builder import BuildResult
+from factory.engine import OWNER_LABEL
+from factory.errors import InputError
+from factory.plan.models import Deployment
+from factory.project import Project
+from factory.recipes.loader import load_tree
+from factory.render import compose
+from factory.router.image import HEALTH_PATH, router_files, router_image
+from factory.router.lock import lock_path, read_router_lock
+from tests.conftest import FIXTURES, ROOT, TINY
+
+ROUTER_LABEL = {OWNER_LABEL: "test-router"}
+
+
+def pd_deployment(project: Project) -> Deployment:
+    """The pd_cluster deployment of the upstream-schema fixture (a prefill and a decode pool and a router)."""
+    fixture = replace(project, tree=load_tree(FIXTURES / "upstream-schema"), lock=None)
+    for loaded in fixture.tree.recipes.values():
+        for blueprint in plan_recipe(fixture, loaded).images:
+            for deployment in blueprint.deployments:
+                if deployment.deploy_type == "pd_cluster":
+                    return deployment
+    raise AssertionError("the fixture has no pd_cluster deployment")
+
+
+def router_service(deployment: Deployment) -> dict[str, Any]:
+    role = next(role for role in deployment.roles if role.program == "vllm-router")
+    services: dict[str, Any] = yaml.safe_load(compose.render(deployment, role))["services"]
+    return services["router"]
+
+
+def test_the_pd_router_compose_file_runs_the_factory_router_image(project: Project) -> None:
+    """No image to name by hand: the router's file runs the locked router image (a setting may replace it)."""
+    image = router_image(project)
+    assert image is not None, "the project locks the router"
+    service = router_service(pd_deployment(project))
+    assert service["image"] == f"${{VLLM_ROUTER_IMAGE:-{image.reference}}}"
+    assert image.reference == f"vllm-factory/vllm-router:{read_router_lock(project).version}"  # type: ignore[union-attr]
+
+
+def test_the_pd_router_has_a_health_check_on_its_own_health_endpoint(project: Project) -> None:
+    """compose's --wait waits for the router: it asks the router's /health where the router listens."""
+    deployment = pd_deployment(project)
+    service = router_service(deployment)
+    test = service["healthcheck"]["test"]
+    assert test[:2] == ["CMD", "curl"]
+    assert test[-1] == f"http://${{ROUTER_HOST:-127.0.0.1}}:${{ROUTER_PORT:-8000}}{HEALTH_PATH}"
+    # The address and port it asks are the ones the router's own command listens on.
+    command = service["command"]
+    assert command[command.index("--host") + 1] in test[-1]
+    assert command[command.index("--port") + 1] in test[-1]
+    role = next(role for role in deployment.roles if role.program == "vllm-router")
+    start = compose.render(deployment, role).splitlines()[2]
+    assert start == "# Start: docker compose -f router.compose.yaml up -d --wait"
+
+
+def test_the_router_image_installs_exactly_the_locked_set(project: Project) -> None:
+    lock = read_router_lock(project)
+    assert lock is not None
+    files = {file.path.name: file.content.decode() for file in router_files(project)}
+    locked = files["requirements.txt"]
+    assert f"vllm-router=={lock.version} \\" in locked
+    pins = re.findall(r"^([a-z0-9._-]+)==", locked, re.MULTILINE)
+    assert {"aiohttp", "fastapi", "uvicorn", "orjson", "setproctitle", "requests"} <= set(pins)
+    assert locked.count("--hash=sha256:") >= len(pins), "every pin carries its hashes"
+    dockerfile = files["Dockerfile"]
+    assert (
+        "--require-hashes --no-deps" in dockerfile and "-r /tmp/requirements/requirements.txt" in dockerfile
+    )
+    assert "ARG BASE_IMAGE=" in dockerfile and "FROM ${BASE_IMAGE}" in dockerfile
+    assert 'ENTRYPOINT ["vllm-router"]' in dockerfile
+
+
+def test_a_hand_edited_router_set_is_refused(project: Project, tmp_path: Path) -> None:
+    folder = tmp_path / "lock"
+    (folder / "router").mkdir(parents=True)
+    for source in lock_path(project).parent.iterdir():
+        (folder / "router" / source.name).write_bytes(source.read_bytes())
+    lock = read_router_lock(project)
+    assert lock is not None
+    edited = folder / "router" / lock.requirements
+    edited.write_text(edited.read_text().replace("aiohttp==", "aiohttp>="))
+    copy = replace(project, lock_path=folder / "vllm.lock.json")
+    with pytest.raises(InputError, match="not the file `factory lock` wrote"):
+        router_files(copy)
+
+
+@pytest.fixture(scope="session")
+def router_built(project: Project, docker_client: docker.DockerClient) -> BuildResult:
+    """The router image, built once per run through the factory's BuildKit path."""
+    from factory.router.build import build_router
+    from factory.settings import load_settings
+
+    return build_router(project, load_settings(ROOT))
+
+
+@pytest.mark.docker
+def test_the_router_image_is_tagged_and_labelled_like_the_factory_images(
+    project: Project, router_built: BuildResult, docker_client: docker.DockerClient
+) -> None:
+    image = router_image(project)
+    assert image is not None
+    assert router_built.tags == [image.reference, image.immutable_reference]
+    labels = docker_client.images.get(image.reference).labels
+    assert labels["ai.vllm.factory.inputs-hash"] == image.inputs_hash == router_built.inputs_hash
+    assert labels["ai.vllm.factory.router-version"] == image.lock.version
+    assert labels["org.opencontainers.image.vendor"] == "vllm-image-factory"
+    assert docker_client.images.get(image.immutable_reference).id == router_built.image_id
+
+
+class Cluster:
+    """Containers on one labelled network, each removed (with the network) when the test ends."""
+
+    def __init__(self, client: docker.DockerClient) -> None:
+        self.client = client
+        self.network = client.networks.create(f"factory-router-{uuid.uuid4().hex[:8]}", labels=ROUTER_LABEL)
+        self.containers: list[Any] = []
+        self.volumes: list[Any] = []
+
+    def run(self, name: str, image: str, command: list[str], **options: Any) -> Any:
+        container = self.client.containers.run(
+            image,
+            command,
+            detach=True,
+            name=f"{self.network.name}-{name}",
+            labels=ROUTER_LABEL,
+            network=self.network.name,
+            **options,
+        )
+        self.containers.append(container)
+        return container
+
+    def url(self, name: str, port: int = 8000) -> str:
+        """How the others reach a container on the network: by its name."""
+        return f"http://{self.network.name}-{name}:{port}"
+
+    def volume(self) -> str:
+        created = self.client.volumes.create(labels=ROUTER_LABEL)
+        self.volumes.append(created)
+        return str(created.name)
+
+    def remove(self) -> None:
+        for container in self.containers:
+            container.remove(force=True, v=True)
+        for volume in self.volumes:
+            volume.remove(force=True)
+        self.network.remove()
+
+
+@pytest.fixture
+def cluster(docker_client: docker.DockerClient) -> Iterator[Cluster]:
+    found = Cluster(docker_client)
+    try:
+        yield found
+    finally:
+        found.remove()
+
+
+def tiny_server(cluster: Cluster, name: str, image: str, extra: list[str], **options: Any) -> Any:
+    """A CPU server of the tiny model, as the image's own default command serves it, plus `extra`."""
+    config = cluster.client.images.get(image).attrs["Config"]
+    return cluster.run(name, image, [*config["Cmd"], "--port", "8000", *extra], shm_size="2g", **options)
+
+
+def wait_for_health(container: Any, timeout_s: float = 900) -> None:
+    """Until Docker's own health check (the image's HEALTHCHECK) says healthy; fails at once if it exits."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        container.reload()
+        state = container.attrs["State"]
+        if state["Status"] == "exited":
+            raise AssertionError(
+                f"{container.name} exited:\n{container.logs(tail=60).decode(errors='replace')}"
+            )
+        if state.get("Health", {}).get("Status") == "healthy":
+            return
+        time.sleep(2)
+    raise AssertionError(f"{container.name} not healthy:\n{container.logs(tail=60).decode(errors='replace')}")
+
+
+def published(container: Any, port: int = 8000) -> str:
+    container.reload()
+    return f"http://127.0.0.1:{container.ports[f'{port}/tcp'][0]['HostPort']}"
+
+
+def completions_served(container: Any) -> int:
+    """How many completions the server's access log shows it answered."""
+    return container.logs().decode(errors="replace").count('"POST /v1/completions HTTP/1.1" 200')
+
+
+@pytest.mark.docker
+@pytest.mark.e2e
+def test_the_router_starts_answers_health_and_routes_completions_to_two_cpu_servers(
+    no_leftovers: None, project: Project, router_built: BuildResult, tiny_built: BuildResult, cluster: Cluster
+) -> None:
+    servers = [tiny_server(cluster, name, tiny_built.image, []) for name in ("server-1", "server-2")]
+    # The router binds only once its workers are healthy and gives up after 600 s: start it after them.
+    for server in servers:
+        wait_for_health(server)
+    router = cluster.run(
+        "router",
+        router_built.image,
+        [
+            "--worker-urls",
+            cluster.url("server-1"),
+            cluster.url("server-2"),
+            "--policy",
+            "round_robin",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "8000",
+            "--worker-startup-check-interval",
+            "2",
+        ],
+        ports={"8000/tcp": ("127.0.0.1", None)},
+    )
+    wait_for_health(router, 180)  # the image's own HEALTHCHECK: curl on the router's /health
+    url = published(router)
+    assert requests.get(f"{url}{HEALTH_PATH}", timeout=10).status_code == 200
+    for _ in range(4):
+        response = requests.post(
+            f"{url}/v1/completions",
+            json={"model": TINY, "prompt": "The router sends this to", "max_tokens": 4, "temperature": 0},
+            timeout=300,
+        )
+        assert response.status_code == 200, response.text
+        assert response.json()["choices"][0]["text"]
+    served = [completions_served(server) for server in servers]
+    assert served == [2, 2], f"round robin over both servers: {served}"
+
+
+# vLLM's connector that passes KV through a shared folder (named SharedStorageConnector before 0.11): the one
+# connector vLLM ships that needs no GPU and no RDMA. Each server saves the KV of the prompts it computes and
+# loads what the folder holds for a prompt it is given.
+KV_FOLDER = "/kv"
+KV_TRANSFER = {
+    "kv_connector": "ExampleConnector",
+    "kv_role": "kv_both",
+    "kv_connector_extra_config": {"shared_storage_path": KV_FOLDER},
+}
+
+
+def metric(container: Any, name: str, **labels: str) -> float:
+    """One sample of the server's Prometheus metrics, read inside its container."""
+    result = container.exec_run(["curl", "-fsS", "http://127.0.0.1:8000/metrics"])
+    assert result.exit_code == 0, result.output
+    wanted = [f'{key}="{value}"' for key, value in labels.items()]
+    for line in result.output.decode().splitlines():
+        if line.startswith(name + "{") and all(label in line for label in wanted):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no {name} {labels} in the metrics of {container.name}")
+
+
+@pytest.mark.docker
+@pytest.mark.e2e
+def test_prefill_and_decode_on_cpu_behind_the_router_decode_loads_kv_it_did_not_compute(
+    no_leftovers: None, router_built: BuildResult, tiny_built: BuildResult, cluster: Cluster
+) -> None:
+    import json
+
+    folder = cluster.volume()
+    kv = ["--kv-transfer-config", json.dumps(KV_TRANSFER)]
+    prefill, decode = (
+        tiny_server(cluster, name, tiny_built.image, kv, volumes={folder: {"bind": KV_FOLDER, "mode": "rw"}})
+        for name in ("prefill", "decode")
+    )
+    for server in (prefill, decode):
+        wait_for_health(server)
+    # The router's P/D command as the pd_cluster files write it, over these two servers.
+    router = cluster.run(
+        "router",
+        router_built.image,
+        [
+            "--policy",
+            "round_robin",
+            "--vllm-pd-disaggregation",
+            "--prefill",
+            cluster.url("prefill"),
+            "--decode",
+            cluster.url("decode"),
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "8000",
+            "--worker-startup-check-interval",
+            "2",
+        ],
+        ports={"8000/tcp": ("127.0.0.1", None)},
+    )
+    wait_for_health(router, 180)
+    # A prompt longer than one KV block (the connector moves whole blocks), well inside --max-model-len 512.
+    prompt = " ".join(f"word{index}" for index in range(40))
+    response = requests.post(
+        f"{published(router)}/v1/chat/completions",
+        json={
+            "model": TINY,
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": 8,
+            "temperature": 0,
+        },
+        timeout=300,
+    )
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert answer["usage"]["completion_tokens"] == 8 and answer["choices"][0]["message"]["content"]
+    prompt_tokens = answer["usage"]["prompt_tokens"]
+    # The prefill server computed the prompt and one token (the router asks it for max_tokens=1) ...
+    assert metric(prefill, "vllm:generation_tokens_total") == 1
+    assert metric(prefill, "vllm:prompt_tokens_by_source_total", source="local_compute") == prompt_tokens
+    # ... and the decode server took the prompt's KV from it instead of computing it: whole blocks loaded
+    # from the shared folder, only the remainder computed, and the eight tokens generated there.
+    loaded = metric(decode, "vllm:prompt_tokens_by_source_total", source="external_kv_transfer")
+    computed = metric(decode, "vllm:prompt_tokens_by_source_total", source="local_compute")
+    assert loaded > 0 and loaded + computed == prompt_tokens, (loaded, computed, prompt_tokens)
+    assert metric(decode, "vllm:generation_tokens_total") == 8
+    logs = decode.logs().decode(errors="replace")
+    assert "External Cache Hit!" in logs and f"Inject KV cache of {int(loaded)} tokens" in logs, logs[-3000:]
+
+
+def test_without_a_locked_router_the_router_file_still_parses_and_asks_for_an_image(
+    project: Project, tmp_path: Path
+) -> None:
+    """Before `factory lock` locked the router, the file names the setting, with why, and Compose reads it."""
+    import subprocess
+
+    from factory.tools import compose_binary
+
+    unlocked = replace(project, lock_path=tmp_path / "lock" / "vllm.lock.json")
+    assert router_image(unlocked) is None
+    deployment = pd_deployment(unlocked)
+    role = next(role for role in deployment.roles if role.program == "vllm-router")
+    path = tmp_path / "router.compose.yaml"
+    path.write_text(compose.render(deployment, role))
+    env = {"PATH": "/usr/bin:/bin", "PREFILL_NODE_1": "10.0.0.1", "DECODE_NODE_1": "10.0.0.2"}
+    command = [str(compose_binary()), "-f", str(path), "config", "--format", "json"]
+    missing = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
+    assert missing.returncode != 0 and "set VLLM_ROUTER_IMAGE: the PD router's image" in missing.stderr
+    named = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**env, "VLLM_ROUTER_IMAGE": "mirror/router:1"},
+    )
+    assert named.returncode == 0, named.stderr
+    assert '"image": "mirror/router:1"' in named.stdout
