@@ -74,7 +74,8 @@ def test_conformance_session_fails_below_the_committed_floor(tmp_path: Path) -> 
     def run(alter: bool) -> subprocess.CompletedProcess[str]:
         oracle = str(_fake_oracle(tmp_path, alter))
         tree = str(ROOT / "recipes")
-        return nox("-s", "conformance", env={"FACTORY_UPSTREAM_RECIPES": tree, "FACTORY_RECIPES_ORACLE": oracle})
+        env = {"FACTORY_UPSTREAM_RECIPES": tree, "FACTORY_RECIPES_ORACLE": oracle}
+        return nox("-s", "conformance", env=env)
 
     equal = run(alter=False)
     assert equal.returncode == 0, equal.stdout[-2000:] + equal.stderr[-2000:]
