@@ -198,29 +198,66 @@ def test_check_fails_on_a_missing_or_stale_lock_without_the_index(tmp_path: Path
     assert missing.returncode == 1 and "missing:" in missing.stderr and "factory lock" in missing.stderr
 
 
+def _lock(tree: Path, out: Path, *upgrade: str) -> str:
+    result = run_factory(ROOT, "lock", *upgrade, "--recipes", str(tree), "--out", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def _release(lock_file: Path, recipe: str) -> str:
+    return str(json.loads(lock_file.read_text())["releases"][recipe]["default"]["cuda-pypi"]["vllm"])
+
+
+def _pretend_locked_at(lock_file: Path, version: str, *recipes: str) -> None:
+    lock = json.loads(lock_file.read_text())
+    for recipe in recipes:
+        lock["releases"][recipe]["default"]["cuda-pypi"]["vllm"] = version
+    lock_file.write_text(json.dumps(lock))
+
+
+def _folder_bytes(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
 @pytest.mark.index
 def test_lock_keeps_versions_until_upgraded_and_records_why(tmp_path: Path) -> None:
     """Against the real package index (uv resolves; no wheel is downloaded)."""
-    tree = recipes_tree(tmp_path / "tree", {"acme/Small-8B": small_recipe(dependencies=[])})
-    out = tmp_path / "out"
-    first = run_factory(ROOT, "lock", "--recipes", str(tree), "--out", str(out))
-    assert first.returncode == 0, first.stderr
-    lock_file = out / "lock" / "vllm.lock.json"
-    lock = json.loads(lock_file.read_text())
-    chosen = lock["releases"]["acme/Small-8B"]["default"]["cuda-pypi"]
-    assert Version(chosen["vllm"]) >= Version("0.33.0") and "newest release" in chosen["why"]
-    # Pretend it was locked long ago at 0.11.2: a plain `factory lock` keeps it, --upgrade moves it.
-    lock["releases"]["acme/Small-8B"]["default"]["cuda-pypi"]["vllm"] = "0.11.2"
-    lock_file.write_text(json.dumps(lock))
-    kept = run_factory(ROOT, "lock", "--recipes", str(tree), "--out", str(out))
-    assert (
-        json.loads(lock_file.read_text())["releases"]["acme/Small-8B"]["default"]["cuda-pypi"]["vllm"]
-        == "0.11.2"
+    tree = recipes_tree(
+        tmp_path / "tree",
+        {
+            "acme/Small-8B": small_recipe(dependencies=[]),
+            "acme/Other-8B": small_recipe(
+                dependencies=[],
+                meta={"title": "Other", "slug": "other", "hardware": {}},
+                model={**small_recipe()["model"], "model_id": "acme/Other-8B"},
+            ),
+        },
     )
-    assert "0 moved" in kept.stdout
-    moved = run_factory(ROOT, "lock", "--upgrade", "--recipes", str(tree), "--out", str(out))
-    assert "moved acme/Small-8B default cuda-pypi: 0.11.2 -> " in moved.stdout
+    out = tmp_path / "out"
+    _lock(tree, out)
+    lock_file = out / "lock" / "vllm.lock.json"
+    chosen = json.loads(lock_file.read_text())["releases"]["acme/Small-8B"]["default"]["cuda-pypi"]
+    assert Version(chosen["vllm"]) >= Version("0.33.0") and "newest release" in chosen["why"]
+    newest = chosen["vllm"]
+    # A second lock with nothing changed writes the same bytes: the lock and every set file.
+    locked = _folder_bytes(out / "lock")
+    assert "0 moved" in _lock(tree, out)
+    assert _folder_bytes(out / "lock") == locked, "a re-lock with nothing changed is byte-identical"
+    # Pretend both were locked long ago at 0.11.2: a plain `factory lock` keeps them.
+    _pretend_locked_at(lock_file, "0.11.2", "acme/Small-8B", "acme/Other-8B")
+    assert "0 moved" in _lock(tree, out)
+    assert _release(lock_file, "acme/Small-8B") == _release(lock_file, "acme/Other-8B") == "0.11.2"
+    # --upgrade MODEL moves that recipe alone; --upgrade moves the rest.
+    moved = _lock(tree, out, "--upgrade", "acme/Small-8B")
+    assert f"moved acme/Small-8B default cuda-pypi: 0.11.2 -> {newest}" in moved
+    assert "acme/Other-8B" not in moved
+    assert (_release(lock_file, "acme/Small-8B"), _release(lock_file, "acme/Other-8B")) == (newest, "0.11.2")
+    everything = _lock(tree, out, "--upgrade")
+    assert f"moved acme/Other-8B default cuda-pypi: 0.11.2 -> {newest}" in everything
+    assert _release(lock_file, "acme/Other-8B") == newest
     check = run_factory(ROOT, "generate", "--check", "--recipes", str(tree), "--out", str(out))
-    assert "missing: images/" in check.stderr, "the lock is current; only the images are not generated yet"
+    assert check.returncode == 1 and "missing: images/" in check.stderr, (
+        "the lock is current; only the images are not generated yet"
+    )
     project = load_project(ROOT, tree, out)
     assert project.lock is not None and project.lock.inputs
