@@ -137,30 +137,28 @@ def test_the_project_lock_holds_what_its_images_install(project: Project) -> Non
     assert "torch==2.13.0+cpu" in cpu
 
 
-def test_a_vllm_bump_keeps_what_the_layers_below_vllm_are_keyed_on(project: Project) -> None:
+@pytest.mark.index
+def test_a_vllm_bump_keeps_what_the_layers_below_vllm_are_keyed_on(tmp_path: Path) -> None:
     """BuildKit keys a layer on every instruction up to it and the files its step mounts. For two vLLM
     releases with the same pins below vLLM (0.11.1 and 0.11.2 differ in vllm alone) those must be equal up
-    to vLLM's own layer, or a bump rebuilds and ships the whole image again."""
-    h200 = select(project, KIMI, "h200", "default")[0]
-    image, install = h200.image, h200.image.install
-    assert install is not None
-    older = image.model_copy(
-        update={
-            "vllm_version": "0.11.1",
-            "install": install.model_copy(
-                update={
-                    "lock_key": "vllm-0.11.1-cuda-amd64-py3.11",
-                    "requirements": install.requirements.replace("vllm==0.11.2", "vllm==0.11.1"),
-                }
-            ),
-        }
-    )
+    to vLLM's own layer, or a bump rebuilds and ships the whole image again. The 0.11.1 set is locked here
+    against the real index, the 0.11.2 one is the project's committed lock."""
+    scratch = tmp_path / "project"
+    for name in ("recipes", "catalog"):
+        shutil.copytree(ROOT / name, scratch / name)
+    recipe = scratch / "recipes" / "models" / f"{KIMI}.yaml"
+    data = yaml.safe_load(recipe.read_text())
+    data["model"]["min_vllm_version"] = "0.11.1"
+    data["dependencies"][0]["command"] = "uv pip install vllm==0.11.1"
+    recipe.write_text(yaml.safe_dump(data, sort_keys=False))
+    locked = run_factory(scratch, "lock")
+    assert locked.returncode == 0, locked.stdout + locked.stderr
+    generated = run_factory(scratch, "generate")
+    assert generated.returncode == 0, generated.stderr
 
-    def context(spec: ImageSpec) -> dict[str, bytes]:
-        return {
-            str(file.path.relative_to(spec.directory)): file.content
-            for file in image_outputs(spec, "0" * 64, h200.server, None)
-        }
+    def context(root: Path, version: str) -> dict[str, bytes]:
+        folder = root / "images" / "kimi-linear-48b-a3b-instruct" / f"vllm{version}-h200-default"
+        return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
 
     def below_vllm(dockerfile: bytes) -> list[str]:
         end = "/tmp/requirements/dependencies.txt \\\n    && rm -rf /tmp/uv"
@@ -168,17 +166,18 @@ def test_a_vllm_bump_keeps_what_the_layers_below_vllm_are_keyed_on(project: Proj
         text = dockerfile.decode().split(end)[0]
         return [line for line in text.splitlines() if not line.lstrip().startswith("#")]  # comments: no key
 
-    newer, older_ = context(image), context(older)
+    newer, older = context(ROOT, "0.11.2"), context(scratch, "0.11.1")
     assert any("-r /tmp/requirements/heavy.txt" in line for line in below_vllm(newer["Dockerfile"]))
-    assert below_vllm(newer["Dockerfile"]) == below_vllm(older_["Dockerfile"])
+    assert below_vllm(newer["Dockerfile"]) == below_vllm(older["Dockerfile"])
     for mounted in (
         "requirements/uv.txt",
         "requirements/heavy.txt",
         "requirements/dependencies.txt",
         "wheels/.keep",
     ):
-        assert newer[mounted] == older_[mounted], f"{mounted} names the vLLM release"
-    assert newer["requirements/requirements.txt"] != older_["requirements/requirements.txt"]
+        assert newer[mounted] == older[mounted], f"{mounted} names the vLLM release"
+    assert b"vllm==0.11.1 " in older["requirements/requirements.txt"]
+    assert b"vllm==0.11.2 " in newer["requirements/requirements.txt"]
 
 
 def test_check_fails_on_a_missing_or_stale_lock_without_the_index(tmp_path: Path) -> None:
