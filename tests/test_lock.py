@@ -12,13 +12,10 @@ import pytest
 import yaml
 from packaging.version import Version
 
-from factory.blueprint import select
 from factory.lock.choose import ask, choose, recipe_image, release_of
 from factory.lock.model import heavy_packages, requirement_blocks, split_layers
-from factory.plan.models import ImageSpec
 from factory.project import Project, load_project
 from factory.recipes.loader import load_tree
-from factory.render.outputs import image_outputs
 from tests.conftest import KIMI, ROOT, recipes_tree, run_factory, small_recipe
 
 RELEASES = [Version(v) for v in ("0.33.0", "0.27.1", "0.14.0", "0.12.0", "0.11.2", "0.11.1")]
