@@ -82,8 +82,8 @@ def image_files(
     docker_client: docker.DockerClient, image_id: str, layers_read: list[str] | None = None
 ) -> Iterator[tuple[str, bytes]]:
     """Every file of every layer of the image, as `docker save` exports it (streamed, nothing on disk).
-    `layers_read` gets the sha256 of each layer read to its end: the image's diff IDs, when none was
-    skipped."""
+    `layers_read` gets the sha256 of each layer whose every file was yielded: the image's diff IDs, when
+    none was skipped."""
     stream = io.BufferedReader(_ChunkReader(docker_client.images.get(image_id).save(chunk_size=1 << 20)))
     with tarfile.open(fileobj=stream, mode="r|") as archive:
         for member in archive:
@@ -94,16 +94,17 @@ def image_files(
             if not (member.name.endswith("layer.tar") or member.name.startswith("blobs/")):
                 yield member.name, layer.read()
                 continue
-            hashed = _Hashing(layer)
+            hashed, complete = _Hashing(layer), False
             # (a blob that is a config or a manifest is no tar: ReadError)
             with contextlib.suppress(tarfile.ReadError), tarfile.open(fileobj=hashed, mode="r|") as files:
                 for item in files:
                     content = files.extractfile(item) if item.isfile() else None
                     if content is not None:
                         yield item.name, content.read()
+                complete = True
             while hashed.read(1 << 20):  # the tar's end padding, so the digest covers the whole layer
                 pass
-            if layers_read is not None:
+            if complete and layers_read is not None:  # every file of this layer was yielded
                 layers_read.append(f"sha256:{hashed.digest.hexdigest()}")
 
 
