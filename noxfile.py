@@ -12,15 +12,14 @@ from pathlib import Path
 
 import nox
 
-from factory.catalog.loader import load_catalog
+from factory.blueprint import plan_recipe
+from factory.project import load_project
 
 nox.options.default_venv_backend = "none"
 nox.options.sessions = ["lint", "check-generated", "tests", "check-args"]
 
 ROOT = Path(__file__).parent
 PY = sys.executable
-# The catalog says which recipe each hardware's session builds (build_recipes).
-CATALOG = load_catalog(ROOT / "catalog" / "hardware.yaml")
 PROBES = {"cpu": "end to end: real vLLM serving, /health and a chat completion"}
 
 
@@ -77,6 +76,10 @@ def matrix(session: nox.Session) -> None:
     factory(session, "matrix", *session.posargs)
 
 
+# The rate below which conformance fails: the floor tests/test_corpus.py holds the corpus to.
+FLOOR = json.loads((ROOT / "tests" / "data" / "conformance-floor.json").read_text())["rate"]
+
+
 @nox.session(default=False)
 def conformance(session: nox.Session) -> None:
     """Compare every upstream rendering with the site's JSON API, exactly (the committed floor)."""
@@ -87,7 +90,6 @@ def conformance(session: nox.Session) -> None:
         )
     with tempfile.TemporaryDirectory(prefix="factory-oracle-") as out:
         session.run(oracle, tree, out, external=True, silent=True)
-        floor = json.loads((ROOT / "tests" / "data" / "conformance-floor.json").read_text())["rate"]
         factory(
             session,
             "conformance",
@@ -96,7 +98,7 @@ def conformance(session: nox.Session) -> None:
             "--oracle",
             out,
             "--floor",
-            str(floor),
+            str(FLOOR),
             *session.posargs,
         )
 
@@ -113,9 +115,29 @@ def build_router(session: nox.Session) -> None:
     factory(session, "build-router", *session.posargs)
 
 
-def _make_build_session(hardware: str) -> None:
-    recipe = CATALOG.build_recipe(hardware)
+def _build_targets() -> tuple[dict[str, str], dict[str, str]]:
+    """Per hardware, the recipe its `build-<hw>` session builds (the catalog's build_recipes), or why it
+    gets no session: that recipe renders nothing there, or renders an image that cannot be built."""
+    project = load_project(ROOT)
+    buildable: dict[str, str] = {}
+    without: dict[str, str] = {}
+    plans = {}
+    for hardware in project.catalog.hardware:
+        model = project.catalog.build_recipe(hardware)
+        if model not in plans:
+            plans[model] = plan_recipe(project, project.tree.recipe(model))
+        images = [b.image for b in plans[model].images if b.image.hardware == hardware]
+        skipped = [s.reason for s in plans[model].skipped if s.hardware == hardware]
+        if not images:
+            without[hardware] = f"{model} renders nothing on it" + (f" ({skipped[0]})" if skipped else "")
+        elif all(image.unbuildable for image in images):
+            without[hardware] = f"{model} is not buildable on it ({images[0].unbuildable})"
+        else:
+            buildable[hardware] = model
+    return buildable, without
 
+
+def _make_build_session(hardware: str, recipe: str) -> None:
     @nox.session(name=f"build-{hardware}", default=False)
     def build(session: nox.Session) -> None:
         factory(session, "build", "--hardware", hardware, *session.posargs)
@@ -128,8 +150,16 @@ def _make_build_session(hardware: str) -> None:
     def validate(session: nox.Session) -> None:
         factory(session, "validate", "--hardware", hardware, *session.posargs)
 
-    validate.__doc__ = f"Validate the built {recipe} image for {hardware}; fails where its GPU is absent."
+    fails = "" if hardware in PROBES else "; fails where its GPU is absent"
+    validate.__doc__ = f"Validate the built {recipe} image for {hardware}{fails}."
 
 
-for _name in CATALOG.hardware:
-    _make_build_session(_name)
+BUILDABLE, WITHOUT_SESSION = _build_targets()
+for _hardware, _recipe in BUILDABLE.items():
+    _make_build_session(_hardware, _recipe)
+# `nox --list` prints this docstring: it names the catalog hardware that gets no build-<hw> session, and why.
+__doc__ = (
+    (__doc__ or "")
+    + "\n\nNo build-<hw>/validate-<hw> session for:\n"
+    + "\n".join(f"  {hardware}: {why}" for hardware, why in WITHOUT_SESSION.items())
+)

@@ -1,7 +1,8 @@
 """What a build is doing while it runs: the current BuildKit step, time since the build started, how many
-steps came from the cache, and bytes where BuildKit reports them. On a terminal one line updates in place
-(rich draws it); elsewhere (a CI log) each step start and end is a timestamped line, and a step that runs
-long says so every `heartbeat_s` with its latest output, so a slow download never looks like a hang."""
+steps came from the cache, bytes where BuildKit or uv report them, and what each install step installed.
+On a terminal one line updates in place (rich draws it); elsewhere (a CI log) each step start and end is a
+timestamped line, and a step that runs long says so every `heartbeat_s` with its latest output, so a slow
+download never looks like a hang."""
 
 from __future__ import annotations
 
@@ -15,17 +16,28 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from factory.build.progress import step_title
+
 _STEP = re.compile(r"^#(?P<id>\d+) \[(?P<stage>[^\]]*\d+/\d+)\] (?P<what>.*)$")
 # The engine writing the finished layers into its image store: for a 10 GB image about 20 s with no output.
 _EXPORT = re.compile(r"^#(?P<id>\d+) (?:\[[^\]]*\] )?exporting to image$")
 _CACHED = re.compile(r"^#(?P<id>\d+) CACHED$")
 _DONE = re.compile(r"^#(?P<id>\d+) DONE (?P<seconds>[\d.]+)s$")
 _OUTPUT = re.compile(r"^#(?P<id>\d+) (?:[\d.]+ )?(?P<text>.+)$")
+_TIMED = re.compile(r"^#\d+ [\d.]+ ")  # a step's output: "#8 14.13  + torch==2.13.0+cpu" keeps its spaces
 # BuildKit's transfer lines: "#5 sha256:ab12... 12.58MB / 96.12MB 1.2s", "transferring context: 1.05MB".
 _BYTES = re.compile(
     r"(?P<size>\d+(?:\.\d+)?)(?P<unit>[kKMG]?B)(?: / (?P<total>\d+(?:\.\d+)?)(?P<tunit>[kKMG]?B))?"
 )
-_UNITS = {"B": 1, "kB": 1e3, "KB": 1e3, "MB": 1e6, "GB": 1e9}
+_UNITS = {"B": 1, "kB": 1e3, "KB": 1e3, "MB": 1e6, "GB": 1e9, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
+# uv's own lines inside an install step: "Downloading torch (177.8MiB)" (uv names only wheels of about a
+# MiB and more, so the sum is what the large wheels weigh), "Installed 145 packages in 3.37s",
+# " + torch==2.13.0+cpu".
+_UV_DOWNLOAD = re.compile(r"^Downloading (?P<name>\S+) \((?P<size>\d+(?:\.\d+)?)(?P<unit>[KMG]iB|B)\)$")
+_UV_INSTALLED = re.compile(r"^Installed (?P<count>\d+) packages? in ")
+_UV_ADDED = re.compile(r"^ ?\+ (?P<pin>\S+==\S+)$")
+# An install step's done line names its packages when they are this few, else counts them.
+NAMED_PACKAGES = 3
 
 
 def human_bytes(count: float) -> str:
@@ -56,6 +68,17 @@ class Step:
     done_s: float | None = None
     transferred: dict[str, float] = field(default_factory=dict)  # what -> bytes so far
     last_output: str = ""
+    installed: list[str] = field(default_factory=list)  # "torch==2.13.0+cpu", as uv lists them
+    installed_count: int | None = None  # uv's "Installed N packages"
+
+    def installed_summary(self) -> str:
+        """ ", installed torch==2.13.0+cpu, triton==3.9.0" or ", installed 145 packages", else nothing."""
+        count = self.installed_count if self.installed_count is not None else len(self.installed)
+        if not count:
+            return ""
+        if len(self.installed) == count and count <= NAMED_PACKAGES:
+            return ", installed " + ", ".join(self.installed)
+        return f", installed {count} packages"
 
 
 class BuildProgress:
@@ -86,8 +109,7 @@ class BuildProgress:
     def feed(self, line: str) -> None:
         if match := _STEP.match(line):
             if match["id"] not in self.steps and not match["what"].startswith("FROM "):
-                what = " ".join(match["what"].split())[:90]  # a RUN over several lines, on one
-                self._start(match["id"], f"[{match['stage']}] {what}")
+                self._start(match["id"], step_title(match["stage"], match["what"])[:100])
         elif match := _EXPORT.match(line):
             self._start(match["id"], "exporting to image")
         elif match := _CACHED.match(line):
@@ -111,9 +133,17 @@ class BuildProgress:
         if match := _DONE.match(line):
             if (step := self.steps.get(match["id"])) and not step.cached:
                 step.done_s = float(match["seconds"])
-                self._plain(f"{step.title}: done in {clock(step.done_s)}{self._bytes_of(step)}")
+                done = f"done in {clock(step.done_s)}{step.installed_summary()}{self._bytes_of(step)}"
+                self._plain(f"{step.title}: {done}")
         elif (match := _OUTPUT.match(line)) and (step := self.steps.get(match["id"])):
-            step.last_output = match["text"][:120]
+            text = line.split(" ", 2)[2] if _TIMED.match(line) else match["text"]
+            step.last_output = text.strip()[:120]
+            if uv := _UV_DOWNLOAD.match(text):
+                step.transferred[uv["name"]] = float(uv["size"]) * _UNITS[uv["unit"]]
+            elif uv := _UV_INSTALLED.match(text):
+                step.installed_count = int(uv["count"])
+            elif uv := _UV_ADDED.match(text):
+                step.installed.append(uv["pin"])
             for found in _BYTES.finditer(match["text"]):
                 what = match["text"].split(" ", 1)[0]
                 step.transferred[what] = float(found["size"]) * _UNITS.get(found["unit"], 1)
@@ -148,7 +178,7 @@ class BuildProgress:
 
     def _bytes_of(self, step: Step) -> str:
         total = sum(step.transferred.values())
-        return f", {human_bytes(total)}" if total else ""
+        return f", {human_bytes(total)} downloaded" if total else ""
 
     def _stamped(self, text: str) -> str:
         return f"{self.wall()} +{clock(self.now() - self.started)} {text}\n"

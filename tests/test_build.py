@@ -10,7 +10,7 @@ import tarfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import docker
 import pytest
@@ -78,8 +78,12 @@ def test_build_tags_readable_and_immutable(
     assert not docker_client.images.list(name="factory-build-tmp/*"), "temporary build tags left behind"
 
 
-def image_files(docker_client: docker.DockerClient, image_id: str) -> Iterator[tuple[str, bytes]]:
-    """Every file of every layer of the image, as `docker save` exports it (streamed, nothing on disk)."""
+def image_files(
+    docker_client: docker.DockerClient, image_id: str, layers_read: list[str] | None = None
+) -> Iterator[tuple[str, bytes]]:
+    """Every file of every layer of the image, as `docker save` exports it (streamed, nothing on disk).
+    `layers_read` gets the sha256 of each layer whose every file was yielded: the image's diff IDs, when
+    none was skipped."""
     stream = io.BufferedReader(_ChunkReader(docker_client.images.get(image_id).save(chunk_size=1 << 20)))
     with tarfile.open(fileobj=stream, mode="r|") as archive:
         for member in archive:
@@ -90,12 +94,34 @@ def image_files(docker_client: docker.DockerClient, image_id: str) -> Iterator[t
             if not (member.name.endswith("layer.tar") or member.name.startswith("blobs/")):
                 yield member.name, layer.read()
                 continue
+            hashed, complete = _Hashing(layer), False
             # (a blob that is a config or a manifest is no tar: ReadError)
-            with contextlib.suppress(tarfile.ReadError), tarfile.open(fileobj=layer, mode="r|") as files:
+            with contextlib.suppress(tarfile.ReadError), tarfile.open(fileobj=hashed, mode="r|") as files:
                 for item in files:
                     content = files.extractfile(item) if item.isfile() else None
                     if content is not None:
                         yield item.name, content.read()
+                complete = True
+            while hashed.read(1 << 20):  # the tar's end padding, so the digest covers the whole layer
+                pass
+            if complete and layers_read is not None:  # every file of this layer was yielded
+                layers_read.append(f"sha256:{hashed.digest.hexdigest()}")
+
+
+class _Hashing(io.RawIOBase):
+    """A file read through once, hashing what passes."""
+
+    def __init__(self, source: IO[bytes]) -> None:
+        self.source, self.digest = source, hashlib.sha256()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.source.read(len(buffer))
+        buffer[: len(data)] = data
+        self.digest.update(data)
+        return len(data)
 
 
 class _ChunkReader(io.RawIOBase):
@@ -143,12 +169,14 @@ def test_secrets_reach_no_layer_history_or_log(
     assert canary not in log.getvalue()
     image = docker_client.images.get(built.image_id)
     assert canary not in json.dumps(image.history()) + json.dumps(image.attrs)
-    scanned = 0
-    for name, content in image_files(docker_client, built.image_id):
+    scanned, layers_read = 0, []
+    for name, content in image_files(docker_client, built.image_id, layers_read):
         scanned += 1
         assert canary.encode() not in content, f"the canary is in {name}"
         assert not name.lstrip("./").startswith("run/secrets/"), name
     assert scanned > 10_000, "the layers were read (a venv with torch has tens of thousands of files)"
+    # Every layer was read to its end: what was hashed is exactly the image's layers (its diff IDs).
+    assert set(image.attrs["RootFS"]["Layers"]) <= set(layers_read), "a layer went unscanned"
 
 
 def test_rebuild_with_nothing_changed_is_fully_cached(tiny_built: BuildResult, project) -> None:

@@ -51,18 +51,50 @@ def test_pull_requests_run_the_readme_test_command() -> None:
     assert any(step.endswith(".ci/run") for step in steps), steps
 
 
+def _run_lines(steps: list[dict[str, object]]) -> list[str]:
+    """The shell lines the steps run, in order (comments dropped: a comment runs nothing)."""
+    lines = []
+    for step in steps:
+        for line in str(step.get("run", "")).splitlines():
+            if line.strip() and not line.strip().startswith("#"):
+                lines.append(line.strip())
+    return lines
+
+
 def test_workflow_publishes_through_the_factory_and_signs_by_digest() -> None:
-    text = WORKFLOW.read_text()
-    for step in (
-        "nox -s check-generated",
-        'nox -s "build-${HARDWARE}"',
-        'nox -s "validate-${HARDWARE}"',
-        "factory publish",
-        "cosign sign --yes",
-    ):
-        assert step in text, step
-    assert '"@" + i["digest"]' in text, "signatures go on digests, never on tags"
-    assert "{tag}-sha-" in text and "latest-{hardware}-{variant}" in text
+    workflow = yaml.safe_load(WORKFLOW.read_text())
+    job = workflow["jobs"]["publish"]
+    lines = _run_lines(job["steps"])
+
+    def first(command: str) -> int:
+        found = [index for index, line in enumerate(lines) if command in line]
+        assert found, f"no step runs {command!r}"
+        return found[0]
+
+    order = [
+        first("nox -s check-generated"),
+        first('nox -s "build-${HARDWARE}"'),
+        first('nox -s "validate-${HARDWARE}"'),
+        first("factory publish"),
+        first("factory sbom"),
+        first("cosign sign --yes"),
+    ]
+    assert order == sorted(order), "check, build, validate, publish, SBOM, sign: in that order"
+    signing = "\n".join(lines[first("reports/publish.json") :])
+    assert '"@" + i["digest"]' in signing, "signatures go on digests, never on tags"
+    publish = lines[first("factory publish") - 3 : first("factory publish") + 1]
+    assert any("{tag}-sha-" in line for line in publish)
+    assert any("latest-{hardware}-{variant}" in line for line in publish)
+    # Each hardware of the workflow's matrix has the nox sessions the steps call.
+    listing = subprocess.run(
+        [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "--list"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    for entry in job["strategy"]["matrix"]["include"]:
+        for session in (f"build-{entry['hardware']}", f"validate-{entry['hardware']}"):
+            assert re.search(rf"^[*-] {session} ->", listing, re.M), f"no nox session {session}"
 
 
 def _targets() -> dict[str, dict[str, str]]:

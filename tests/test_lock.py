@@ -12,13 +12,10 @@ import pytest
 import yaml
 from packaging.version import Version
 
-from factory.blueprint import select
 from factory.lock.choose import ask, choose, recipe_image, release_of
 from factory.lock.model import heavy_packages, requirement_blocks, split_layers
-from factory.plan.models import ImageSpec
 from factory.project import Project, load_project
 from factory.recipes.loader import load_tree
-from factory.render.outputs import image_outputs
 from tests.conftest import KIMI, ROOT, recipes_tree, run_factory, small_recipe
 
 RELEASES = [Version(v) for v in ("0.33.0", "0.27.1", "0.14.0", "0.12.0", "0.11.2", "0.11.1")]
@@ -142,30 +139,28 @@ def test_the_project_lock_holds_what_its_images_install(project: Project) -> Non
     assert "torch==2.13.0+cpu" in cpu
 
 
-def test_a_vllm_bump_keeps_what_the_layers_below_vllm_are_keyed_on(project: Project) -> None:
+@pytest.mark.index
+def test_a_vllm_bump_keeps_what_the_layers_below_vllm_are_keyed_on(tmp_path: Path) -> None:
     """BuildKit keys a layer on every instruction up to it and the files its step mounts. For two vLLM
     releases with the same pins below vLLM (0.11.1 and 0.11.2 differ in vllm alone) those must be equal up
-    to vLLM's own layer, or a bump rebuilds and ships the whole image again."""
-    h200 = select(project, KIMI, "h200", "default")[0]
-    image, install = h200.image, h200.image.install
-    assert install is not None
-    older = image.model_copy(
-        update={
-            "vllm_version": "0.11.1",
-            "install": install.model_copy(
-                update={
-                    "lock_key": "vllm-0.11.1-cuda-amd64-py3.11",
-                    "requirements": install.requirements.replace("vllm==0.11.2", "vllm==0.11.1"),
-                }
-            ),
-        }
-    )
+    to vLLM's own layer, or a bump rebuilds and ships the whole image again. The 0.11.1 set is locked here
+    against the real index, the 0.11.2 one is the project's committed lock."""
+    scratch = tmp_path / "project"
+    for name in ("recipes", "catalog"):
+        shutil.copytree(ROOT / name, scratch / name)
+    recipe = scratch / "recipes" / "models" / f"{KIMI}.yaml"
+    data = yaml.safe_load(recipe.read_text())
+    data["model"]["min_vllm_version"] = "0.11.1"
+    data["dependencies"][0]["command"] = "uv pip install vllm==0.11.1"
+    recipe.write_text(yaml.safe_dump(data, sort_keys=False))
+    locked = run_factory(scratch, "lock")
+    assert locked.returncode == 0, locked.stdout + locked.stderr
+    generated = run_factory(scratch, "generate")
+    assert generated.returncode == 0, generated.stderr
 
-    def context(spec: ImageSpec) -> dict[str, bytes]:
-        return {
-            str(file.path.relative_to(spec.directory)): file.content
-            for file in image_outputs(spec, "0" * 64, h200.server, None)
-        }
+    def context(root: Path, version: str) -> dict[str, bytes]:
+        folder = root / "images" / "kimi-linear-48b-a3b-instruct" / f"vllm{version}-h200-default"
+        return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
 
     def below_vllm(dockerfile: bytes) -> list[str]:
         end = "/tmp/requirements/dependencies.txt \\\n    && rm -rf /tmp/uv"
@@ -173,17 +168,18 @@ def test_a_vllm_bump_keeps_what_the_layers_below_vllm_are_keyed_on(project: Proj
         text = dockerfile.decode().split(end)[0]
         return [line for line in text.splitlines() if not line.lstrip().startswith("#")]  # comments: no key
 
-    newer, older_ = context(image), context(older)
+    newer, older = context(ROOT, "0.11.2"), context(scratch, "0.11.1")
     assert any("-r /tmp/requirements/heavy.txt" in line for line in below_vllm(newer["Dockerfile"]))
-    assert below_vllm(newer["Dockerfile"]) == below_vllm(older_["Dockerfile"])
+    assert below_vllm(newer["Dockerfile"]) == below_vllm(older["Dockerfile"])
     for mounted in (
         "requirements/uv.txt",
         "requirements/heavy.txt",
         "requirements/dependencies.txt",
         "wheels/.keep",
     ):
-        assert newer[mounted] == older_[mounted], f"{mounted} names the vLLM release"
-    assert newer["requirements/requirements.txt"] != older_["requirements/requirements.txt"]
+        assert newer[mounted] == older[mounted], f"{mounted} names the vLLM release"
+    assert b"vllm==0.11.1 " in older["requirements/requirements.txt"]
+    assert b"vllm==0.11.2 " in newer["requirements/requirements.txt"]
 
 
 def test_check_fails_on_a_missing_or_stale_lock_without_the_index(tmp_path: Path) -> None:
@@ -203,29 +199,66 @@ def test_check_fails_on_a_missing_or_stale_lock_without_the_index(tmp_path: Path
     assert missing.returncode == 1 and "missing:" in missing.stderr and "factory lock" in missing.stderr
 
 
+def _lock(tree: Path, out: Path, *upgrade: str) -> str:
+    result = run_factory(ROOT, "lock", *upgrade, "--recipes", str(tree), "--out", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def _release(lock_file: Path, recipe: str) -> str:
+    return str(json.loads(lock_file.read_text())["releases"][recipe]["default"]["cuda-pypi"]["vllm"])
+
+
+def _pretend_locked_at(lock_file: Path, version: str, *recipes: str) -> None:
+    lock = json.loads(lock_file.read_text())
+    for recipe in recipes:
+        lock["releases"][recipe]["default"]["cuda-pypi"]["vllm"] = version
+    lock_file.write_text(json.dumps(lock))
+
+
+def _folder_bytes(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
 @pytest.mark.index
 def test_lock_keeps_versions_until_upgraded_and_records_why(tmp_path: Path) -> None:
     """Against the real package index (uv resolves; no wheel is downloaded)."""
-    tree = recipes_tree(tmp_path / "tree", {"acme/Small-8B": small_recipe(dependencies=[])})
-    out = tmp_path / "out"
-    first = run_factory(ROOT, "lock", "--recipes", str(tree), "--out", str(out))
-    assert first.returncode == 0, first.stderr
-    lock_file = out / "lock" / "vllm.lock.json"
-    lock = json.loads(lock_file.read_text())
-    chosen = lock["releases"]["acme/Small-8B"]["default"]["cuda-pypi"]
-    assert Version(chosen["vllm"]) >= Version("0.33.0") and "newest release" in chosen["why"]
-    # Pretend it was locked long ago at 0.11.2: a plain `factory lock` keeps it, --upgrade moves it.
-    lock["releases"]["acme/Small-8B"]["default"]["cuda-pypi"]["vllm"] = "0.11.2"
-    lock_file.write_text(json.dumps(lock))
-    kept = run_factory(ROOT, "lock", "--recipes", str(tree), "--out", str(out))
-    assert (
-        json.loads(lock_file.read_text())["releases"]["acme/Small-8B"]["default"]["cuda-pypi"]["vllm"]
-        == "0.11.2"
+    tree = recipes_tree(
+        tmp_path / "tree",
+        {
+            "acme/Small-8B": small_recipe(dependencies=[]),
+            "acme/Other-8B": small_recipe(
+                dependencies=[],
+                meta={"title": "Other", "slug": "other", "hardware": {}},
+                model={**small_recipe()["model"], "model_id": "acme/Other-8B"},
+            ),
+        },
     )
-    assert "0 moved" in kept.stdout
-    moved = run_factory(ROOT, "lock", "--upgrade", "--recipes", str(tree), "--out", str(out))
-    assert "moved acme/Small-8B default cuda-pypi: 0.11.2 -> " in moved.stdout
+    out = tmp_path / "out"
+    _lock(tree, out)
+    lock_file = out / "lock" / "vllm.lock.json"
+    chosen = json.loads(lock_file.read_text())["releases"]["acme/Small-8B"]["default"]["cuda-pypi"]
+    assert Version(chosen["vllm"]) >= Version("0.33.0") and "newest release" in chosen["why"]
+    newest = chosen["vllm"]
+    # A second lock with nothing changed writes the same bytes: the lock and every set file.
+    locked = _folder_bytes(out / "lock")
+    assert "0 moved" in _lock(tree, out)
+    assert _folder_bytes(out / "lock") == locked, "a re-lock with nothing changed is byte-identical"
+    # Pretend both were locked long ago at 0.11.2: a plain `factory lock` keeps them.
+    _pretend_locked_at(lock_file, "0.11.2", "acme/Small-8B", "acme/Other-8B")
+    assert "0 moved" in _lock(tree, out)
+    assert _release(lock_file, "acme/Small-8B") == _release(lock_file, "acme/Other-8B") == "0.11.2"
+    # --upgrade MODEL moves that recipe alone; --upgrade moves the rest.
+    moved = _lock(tree, out, "--upgrade", "acme/Small-8B")
+    assert f"moved acme/Small-8B default cuda-pypi: 0.11.2 -> {newest}" in moved
+    assert "acme/Other-8B" not in moved
+    assert (_release(lock_file, "acme/Small-8B"), _release(lock_file, "acme/Other-8B")) == (newest, "0.11.2")
+    everything = _lock(tree, out, "--upgrade")
+    assert f"moved acme/Other-8B default cuda-pypi: 0.11.2 -> {newest}" in everything
+    assert _release(lock_file, "acme/Other-8B") == newest
     check = run_factory(ROOT, "generate", "--check", "--recipes", str(tree), "--out", str(out))
-    assert "missing: images/" in check.stderr, "the lock is current; only the images are not generated yet"
+    assert check.returncode == 1 and "missing: images/" in check.stderr, (
+        "the lock is current; only the images are not generated yet"
+    )
     project = load_project(ROOT, tree, out)
     assert project.lock is not None and project.lock.inputs

@@ -199,12 +199,21 @@ def test_the_inputs_hash_covers_the_build_context_and_nothing_else(scratch: Path
     def h200_hash() -> str:
         return blueprint_of(load_project(scratch), KIMI, "h200").image.inputs_hash
 
-    before = h200_hash()
+    def tep_args() -> list[str]:
+        blueprint = blueprint_of(load_project(scratch), KIMI, "h200")
+        return [arg for role in blueprint.deployment("multi_node_tep").roles for arg in role.args]
+
+    before, tep_before = h200_hash(), tep_args()
     strategy = scratch / "recipes" / "strategies" / "multi_node_tep.yaml"
-    strategy.write_text(strategy.read_text().replace('"--enable-expert-parallel"', '"--enable-eplb"'))
+    text = strategy.read_text()
+    strategy.write_text(text.replace('"--enable-expert-parallel"', '"--enable-eplb"'))
+    tep_after = tep_args()
+    assert "--enable-eplb" in tep_after and tep_after != tep_before, "the edit changed the TEP commands"
     assert h200_hash() == before, "a flag only compose files carry must not move the immutable tag"
     recipe = scratch / "recipes" / "models" / "moonshotai" / "Kimi-Linear-48B-A3B-Instruct.yaml"
-    recipe.write_text(
-        recipe.read_text().replace('- "--trust-remote-code"', '- "--trust-remote-code"\n    - "--x"')
-    )
+    text = recipe.read_text()
+    recipe.write_text(text.replace('- "--trust-remote-code"', '- "--trust-remote-code"\n    - "--x"'))
+    assert recipe.read_text() != text
+    default = blueprint_of(load_project(scratch), KIMI, "h200").image.default_command
+    assert "--x" in default, "the edit reached the image's default command"
     assert h200_hash() != before, "a flag of the image's default command changes its build context"

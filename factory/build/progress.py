@@ -8,6 +8,20 @@ from dataclasses import dataclass, field
 _STEP = re.compile(r"^#(?P<id>\d+) \[(?P<stage>[^\]]*\d+/\d+)\] (?P<what>.*)$")
 _CACHED = re.compile(r"^#(?P<id>\d+) CACHED$")
 _ERROR = re.compile(r"^#(?P<id>\d+) ERROR: (?P<why>.*)$")
+# The three install steps differ only in the requirements file uv installs (after uv's own, uv.txt); their
+# RUN lines are a kilobyte of identical --mount options first, so the file is what names them.
+_INSTALL = re.compile(r"uv pip install .*-r /tmp/(?P<file>requirements/(?!uv\.txt)\S+)")
+_MOUNT = re.compile(r"--mount=\S+\s*")
+
+
+def step_title(stage: str, what: str) -> str:
+    """A step as an operator reads it: "[4/10] install requirements/heavy.txt" for an install step, any
+    other step on one line without its --mount options (BuildKit's stage "image stage-0  4/10" shortened)."""
+    stage = stage.split()[-1]
+    what = " ".join(what.split())
+    if match := _INSTALL.search(what):
+        return f"[{stage}] install {match['file']}"
+    return f"[{stage}] {_MOUNT.sub('', what)}"
 
 
 @dataclass
@@ -22,7 +36,7 @@ class BuildLog:
         self.lines.append(line)
         if match := _STEP.match(line):
             if not match["what"].startswith("FROM "):  # the base is resolved, never built or cached
-                self.steps.setdefault(match["id"], f"[{match['stage']}] {match['what']}")
+                self.steps.setdefault(match["id"], step_title(match["stage"], match["what"]))
         elif match := _CACHED.match(line):
             self.cached.add(match["id"])
         elif match := _ERROR.match(line):
