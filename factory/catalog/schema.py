@@ -211,6 +211,34 @@ class DeviationRule(Strict):
         return SpecifierSet(self.vllm).contains(version, prereleases=True)
 
 
+class OmniRelease(Sourced):
+    """One vllm-omni release and the vLLM series (major.minor) it runs with, read from its project."""
+
+    omni: str
+    vllm: str  # "0.30": any 0.30.x
+
+
+class OmniCatalog(Sourced):
+    """vllm-omni: its releases, and the accelerators and platforms its kernels exist for (and why)."""
+
+    package: str = "vllm-omni"
+    releases: list[OmniRelease] = []
+    accelerators: list[str] = []
+    platforms: list[str] = []
+    why: str
+
+    def release_for(self, vllm: str) -> OmniRelease | None:
+        """The vllm-omni release that runs with this vLLM release (the same major.minor), if any."""
+        series = ".".join(vllm.split(".")[:2])
+        return next((r for r in self.releases if r.vllm == series), None)
+
+    def refusal(self, accelerator: str, platform: str) -> str | None:
+        """Why no omni image can exist for this accelerator and platform, with the evidence; else None."""
+        if accelerator in self.accelerators and platform in self.platforms:
+            return None
+        return f"{self.why} (source: {self.source})"
+
+
 class Catalog(Strict):
     vendors: dict[str, Vendor]
     indexes: dict[str, PackageIndex] = {}
@@ -226,6 +254,7 @@ class Catalog(Strict):
     uv: str  # the uv release images install their locked set with (the lock holds its hashes)
     # Where the factory's commands differ from the upstream site's (catalog/deviations.yaml).
     deviations: list[DeviationRule] = []
+    omni: OmniCatalog | None = None  # vllm-omni releases and where they can run
 
     @property
     def default_index(self) -> str:
