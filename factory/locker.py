@@ -159,8 +159,8 @@ def _lock_sets(
         refused = omni_refusal(project.catalog, install, platform) if omni else None
         if refused is not None:  # no omni set can exist there: say why with the evidence, resolve nothing
             sets[key] = LockedSet(
-                package=install.package, vllm=version, omni=omni, platform=platform,
-                accelerator=install.accelerator, python=install.python or "", unresolvable=refused, cause=OMNI,
+                package=install.package, vllm=version, omni=omni, platform=platform, cause=OMNI,
+                accelerator=install.accelerator, python=install.python or "", unresolvable=refused,
             )  # fmt: skip
             continue
         kept = previous.sets.get(key)

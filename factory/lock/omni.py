@@ -15,11 +15,10 @@ def omni_refusal(catalog: Catalog, install: Install, platform: str | None = None
     """Why no vllm-omni image can exist for this install (on this platform), with the evidence; else None."""
     if catalog.omni is None:
         return "the catalog has no `omni` table: which vLLM a vllm-omni release runs with is not known"
-    if install.kind != "pip":  # a vendor image ships vLLM alone, and its accelerator has no fa3-fwd build
-        return catalog.omni.refusal(install.accelerator, "") or "vllm-omni installs with pip only"
-    if platform is None:  # the release is chosen per install; a platform is judged per set
-        platform = catalog.omni.platforms[0] if catalog.omni.platforms else ""
-    return catalog.omni.refusal(install.accelerator, platform)
+    refused = catalog.omni.refusal(install.accelerator, platform)
+    if refused is None and install.kind != "pip":  # a vendor image ships what its vendor put in it
+        refused = f"a {install.kind} install ships vLLM alone: vllm-omni is installed with pip"
+    return refused
 
 
 def choose_omni(
