@@ -5,6 +5,9 @@ together with hashes; the Dockerfile installs vllm-omni in a layer of its own af
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -113,3 +116,34 @@ def test_an_omni_recipe_gets_cuda_images_that_install_vllm_omni_with_hashes_afte
     gb200 = next(line for line in listed.splitlines() if "-gb200-default" in line)
     assert "not built (vllm-omni)" in gb200 and "fa3-fwd" in gb200
     assert "images/pics/vllm" in next(line for line in listed.splitlines() if "-h100-default" in line)
+
+
+def _package(root: Path, name: str, says: str) -> None:
+    """A stand-in CLI module `name`.entrypoints.cli.main whose main() prints who ran and with what."""
+    folder = root / name / "entrypoints" / "cli"
+    folder.mkdir(parents=True)
+    for part in (root / name, root / name / "entrypoints", folder):
+        (part / "__init__.py").write_text("")
+    (folder / "main.py").write_text(f"import sys\ndef main():\n    print({says!r}, sys.argv)\n")
+
+
+def test_the_image_entrypoint_serves_omni_commands_through_vllm_omnis_cli_when_the_image_has_it(
+    tmp_path: Path,
+) -> None:
+    """vllm-omni cannot be installed here (CUDA kernels): its CLI module and vLLM's are stand-ins that
+    print; the entrypoint itself is the file every image copies."""
+    launcher = ROOT / "factory" / "image_files" / "factory-serve"
+    _package(tmp_path / "plain", "vllm", "vllm")
+    _package(tmp_path / "omni", "vllm", "vllm")
+    _package(tmp_path / "omni", "vllm_omni", "vllm-omni")
+
+    def serve(site: Path) -> str:
+        env = {**os.environ, "PYTHONPATH": str(site)}
+        ran = subprocess.run(
+            [sys.executable, str(launcher), "acme/Pics", "--port", "9000", "--omni"],
+            capture_output=True, text=True, env=env, check=True, timeout=60,
+        )  # fmt: skip
+        return ran.stdout
+
+    assert serve(tmp_path / "omni").startswith("vllm-omni ['vllm', 'serve', 'acme/Pics', '--port', '9000'")
+    assert serve(tmp_path / "plain").startswith("vllm ['vllm', 'serve', 'acme/Pics'")
