@@ -112,6 +112,7 @@ def test_an_omni_recipe_gets_cuda_images_that_install_vllm_omni_with_hashes_afte
     assert "torch==" in (layers / "heavy.txt").read_text() and "torch==" not in omni_layer
     dockerfile = (image / "Dockerfile").read_text()
     assert dockerfile.index("requirements/requirements.txt") < dockerfile.index("requirements/omni.txt")
+    assert "EXPOSE 9000" in dockerfile and '"http://127.0.0.1:9000/health"]' in dockerfile, "omni.port"
     listed = run_factory(ROOT, "list", "--recipes", str(tree), "--out", str(out)).stdout
     gb200 = next(line for line in listed.splitlines() if "-gb200-default" in line)
     assert "not built (vllm-omni)" in gb200 and "fa3-fwd" in gb200
