@@ -59,35 +59,35 @@ target "tiny-random-llama-vllm0-32-0-cpu-default" {
   context    = "images/tiny-random-llama/vllm0.32.0-cpu-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default", "${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default-62fc8f06f45e"]
+  tags       = ["${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default", "${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default-42500cf645e9"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-h100-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h100-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h100-default-9176b173ac17"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h100-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h100-default-dc0de2801a42"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-h200-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-h200-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h200-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h200-default-ef83043bb6b7"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h200-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h200-default-43e5666ae14c"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-b200-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b200-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b200-default-8080bcd9d203"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b200-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b200-default-97e842d361ef"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-b300-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-b300-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b300-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b300-default-e52baddec59e"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b300-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b300-default-c45317c6d14e"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi300x-default" {

@@ -94,13 +94,18 @@ def test_an_omni_recipe_gets_cuda_images_that_install_vllm_omni_with_hashes_afte
     tmp_path: Path,
 ) -> None:
     """Against the real package index: uv resolves vLLM and vllm-omni together (no wheel is downloaded)."""
-    tree = recipes_tree(tmp_path / "tree", {"acme/Pics": omni_recipe()})
+    pin = [{"command": "uv pip install vllm==0.30.0"}]
+    plain = small_recipe(dependencies=pin)
+    plain["model"] = {**plain["model"], "min_vllm_version": "0.30.0"}
+    tree = recipes_tree(
+        tmp_path / "tree", {"acme/Pics": omni_recipe(dependencies=pin), "acme/Small-8B": plain}
+    )
     out = tmp_path / "out"
     locked = run_factory(ROOT, "lock", "--recipes", str(tree), "--out", str(out))
     assert locked.returncode == 0, locked.stderr
     lock = json.loads((out / "lock" / "vllm.lock.json").read_text())
     release = lock["releases"]["acme/Pics"]["default"]["cuda-pypi"]
-    assert Version(release["vllm"]).release[:2] == Version(release["omni"]).release[:2]
+    assert (release["vllm"], release["omni"]) == ("0.30.0", "0.30.0")
     generated = run_factory(ROOT, "generate", "--recipes", str(tree), "--out", str(out))
     assert generated.returncode == 0, generated.stderr
     image = next((out / "images" / "pics").glob("vllm*-h100-default"))
@@ -112,6 +117,11 @@ def test_an_omni_recipe_gets_cuda_images_that_install_vllm_omni_with_hashes_afte
     assert "torch==" in (layers / "heavy.txt").read_text() and "torch==" not in omni_layer
     dockerfile = (image / "Dockerfile").read_text()
     assert dockerfile.index("requirements/requirements.txt") < dockerfile.index("requirements/omni.txt")
+    plain_layers = out / "images" / "small" / "vllm0.30.0-h100-default" / "requirements"
+    assert (plain_layers / "heavy.txt").read_bytes() == (layers / "heavy.txt").read_bytes(), (
+        "torch's layer (the gigabytes) is the plain image's of the same release"
+    )
+    assert (plain_layers / "uv.txt").read_bytes() == (layers / "uv.txt").read_bytes()
     assert "EXPOSE 9000" in dockerfile and '"http://127.0.0.1:9000/health"]' in dockerfile, "omni.port"
     listed = run_factory(ROOT, "list", "--recipes", str(tree), "--out", str(out)).stdout
     gb200 = next(line for line in listed.splitlines() if "-gb200-default" in line)

@@ -138,22 +138,29 @@ def _split_layers(requirements: str, heavy: tuple[str, ...], package: str) -> tu
     served = canonical_name(package)
     parts: tuple[list[str], list[str], list[str]] = ([], [], [])
     for name, block in blocks:
-        parts[0 if name in heavy else 2 if canonical_name(name) == served else 1].append(block)
+        # Without uv's `# via` lines: they name who needs a package, so the same torch pins would make a
+        # different layer in an image whose set has one more dependent (vllm-omni's image and the plain one).
+        pinned = "\n".join(line for line in block.splitlines() if not line.lstrip().startswith("#"))
+        parts[0 if name in heavy else 2 if canonical_name(name) == served else 1].append(pinned)
     torch_part, dependencies, itself = ("\n".join(part) + "\n" for part in parts)
     return torch_part, dependencies, itself
 
 
-def split_omni(dependencies: str, omni_package: str) -> tuple[str, str]:
-    """An omni set's dependency layer cut in two: what vLLM's image has too, and vllm-omni with what only
-    it needs (its `# via` names it alone: diffusers, fa3-fwd, ...). The omni part is a layer of its own
-    after vLLM's, so the layers below stay the plain image's wherever the two sets pin the same."""
+def split_omni(requirements: str, heavy: list[str], omni_package: str) -> tuple[str, str]:
+    """An omni set cut in two before its layers are: the packages vLLM's image has too, and vllm-omni with
+    what only it needs (its `# via` names it alone: diffusers, fa3-fwd, ...), pins and hashes only. The omni
+    part is a layer of its own after vLLM's, so the layers below stay the plain image's wherever the two
+    sets pin the same."""
     served = canonical_name(omni_package)
     kept: list[str] = []
     omni: list[str] = []
-    for name, block in requirement_blocks(dependencies):
+    for name, block in requirement_blocks(requirements):
         via = {canonical_name(v) for v in _via(block)}
-        alone = canonical_name(name) == served or (bool(via) and via <= {served})
-        (omni if alone else kept).append(block)
+        alone = canonical_name(name) == served or (bool(via) and via <= {served} and name not in heavy)
+        if alone:
+            omni.append("\n".join(line for line in block.splitlines() if not line.lstrip().startswith("#")))
+        else:
+            kept.append(block)
     return "\n".join(kept) + "\n", "\n".join(omni) + "\n"
 
 

@@ -126,10 +126,10 @@ def install_spec(
     if base is None:
         return None, f"no base image for CUDA {locked.cuda} in the catalog", NO_BASE_IMAGE
     text = set_text(project.lock_path, locked.requirements, locked.digest)
-    heavy, dependencies, itself = split_layers(text, locked.heavy, install.package)
     omni_part = ""
     if release.omni is not None and project.catalog.omni is not None:
-        dependencies, omni_part = split_omni(dependencies, project.catalog.omni.package)
+        text, omni_part = split_omni(text, locked.heavy, project.catalog.omni.package)
+    heavy, dependencies, itself = split_layers(text, locked.heavy, install.package)
     spec = InstallSpec(
         **common,
         base_image=base,
