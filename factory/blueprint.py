@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from factory.catalog.schema import Server, Vendor
 from factory.errors import FactoryError, InputError
-from factory.lock.model import OMNI, Release
+from factory.lock.model import Release
 from factory.lock.pins import pinned_vllm
 from factory.plan.deployments import PlannedCommands, common_env, default_command, plan_commands
 from factory.plan.images import locked_release, plan_image_spec, weights_of
@@ -189,10 +189,10 @@ def finish(
     spec = plan_image_spec(
         project, loaded, variant, hardware, release, default_command(planned, weights), common_env(planned)
     )
-    if loaded.recipe.is_omni:
-        why = "vllm-omni serving: the factory's images install vLLM without vllm-omni"
-        spec = spec.model_copy(update={"install": None, "unbuildable": why, "unbuildable_cause": OMNI})
     server = project.catalog.server
+    omni_port = loaded.recipe.omni.port if loaded.recipe.omni else None
+    if omni_port is not None:  # the image's EXPOSE and HEALTHCHECK follow the port its command serves on
+        server = server.model_copy(update={"port": omni_port})
     image, image_files = hashed_context(spec, server, loaded.bundled_model_dir)
     vendor = project.catalog.vendors[image.vendor]
     run = Run(

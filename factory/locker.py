@@ -16,6 +16,7 @@ from factory.catalog.schema import Catalog, Install
 from factory.lock import index
 from factory.lock.choose import ask, choose, recipe_image, release_of
 from factory.lock.model import (
+    OMNI,
     UV_PYTHON,
     Lock,
     LockedSet,
@@ -25,6 +26,7 @@ from factory.lock.model import (
     set_key,
     uv_key,
 )
+from factory.lock.omni import choose_omni, omni_refusal
 from factory.lock.store import inputs_digest, set_text, write_lock
 from factory.project import Project
 from factory.recipes.loader import LoadedRecipe
@@ -58,8 +60,6 @@ def lock(
     available: dict[str, list[Version]] = {}
     releases: dict[str, dict[str, dict[str, Release]]] = {}
     for recipe_id, loaded in sorted(project.tree.recipes.items()):
-        if loaded.recipe.is_omni:
-            continue
         moving = upgrade == "*" or (upgrade is not None and project.tree.recipe(upgrade) is loaded)
         for variant, installs in _installs_needed(project, loaded).items():
             for install_name, brand in sorted(installs.items()):
@@ -78,7 +78,11 @@ def lock(
                         available[install.package] = index.releases(install.package, every)
                     images = _vendor_images(install, loaded, variant, brand)
                     bad = [b.vllm for b in catalog.known_bad.get(loaded.model_id, [])]
-                    chosen = choose(request, install, available.get(install.package, []), bad, images)
+                    listed = available.get(install.package, [])
+                    if loaded.recipe.is_omni:
+                        chosen = choose_omni(catalog, request, install, listed, bad)
+                    else:
+                        chosen = choose(request, install, listed, bad, images)
                     if old is not None and old.vllm != chosen.vllm:
                         result.moved.append(
                             f"{recipe_id} {variant} {install_name}: {old.vllm} -> {chosen.vllm}"
@@ -135,7 +139,7 @@ def _lock_sets(
     same_inputs: bool,
 ) -> tuple[dict[str, LockedSet], dict[str, str]]:
     """Every locked set the releases need, resolved once (kept from the previous lock unless upgrading)."""
-    needed: dict[str, tuple[Install, str, str]] = {}
+    needed: dict[str, tuple[Install, str, str, str | None]] = {}
     for recipe_id, variants in releases.items():
         loaded = project.tree.recipes[recipe_id]
         for variant, installs in variants.items():
@@ -145,12 +149,20 @@ def _lock_sets(
                     continue
                 for platform in _platforms(project, loaded, variant, install_name):
                     key = set_key(
-                        install.package, release.vllm, platform, install.accelerator, install.python
-                    )
-                    needed[key] = (install, release.vllm, platform)
+                        install.package, release.vllm, platform, install.accelerator, install.python,
+                        release.omni,
+                    )  # fmt: skip
+                    needed[key] = (install, release.vllm, platform, release.omni)
     sets: dict[str, LockedSet] = {}
     texts: dict[str, str] = {}
-    for key, (install, version, platform) in sorted(needed.items()):
+    for key, (install, version, platform, omni) in sorted(needed.items()):
+        refused = omni_refusal(project.catalog, install, platform) if omni else None
+        if refused is not None:  # no omni set can exist there: say why with the evidence, resolve nothing
+            sets[key] = LockedSet(
+                package=install.package, vllm=version, omni=omni, platform=platform, cause=OMNI,
+                accelerator=install.accelerator, python=install.python or "", unresolvable=refused,
+            )  # fmt: skip
+            continue
         kept = previous.sets.get(key)
         if kept is not None and not upgrading and _keep(project, kept, same_inputs):
             sets[key] = kept
@@ -165,7 +177,7 @@ def _lock_sets(
             result.sets_kept += 1
             continue
         report(f"resolving {key} with uv")
-        sets[key], text = _resolve_set(project.catalog, install, version, platform, settings)
+        sets[key], text = _resolve_set(project.catalog, install, version, platform, settings, omni)
         if text:
             texts[f"{key}.txt"] = text
         if sets[key].unresolvable:
@@ -186,7 +198,7 @@ def _record_indexes(
     text = set_text(project.lock_path, str(kept.requirements))
     exclude = install.remove_packages if install else []
     compiled = index.compile_set(
-        [f"{kept.package}=={kept.vllm}"], kept.platform, kept.python, exclude,
+        _wanted(project.catalog, kept.package, kept.vllm, kept.omni), kept.platform, kept.python, exclude,
         settings.find_links if install and install.local_wheels else None, sources, pins=text,
     )  # fmt: skip
     return kept.model_copy(update={"served": compiled.served, "indexes": sources.urls})
@@ -222,6 +234,14 @@ def _sources(
     return index.Sources(urls, default)
 
 
+def _wanted(catalog: Catalog, package: str, vllm: str, omni: str | None) -> list[str]:
+    """What a set is resolved from: vLLM, and vllm-omni with it for an omni recipe's image."""
+    wanted = [f"{package}=={vllm}"]
+    if omni is not None and catalog.omni is not None:
+        wanted.append(f"{catalog.omni.package}=={omni}")
+    return wanted
+
+
 def _readable(project: Project, kept: LockedSet) -> bool:
     return bool(kept.requirements) and (project.lock_path.parent / str(kept.requirements)).is_file()
 
@@ -241,11 +261,13 @@ def _resolve_set(
     version: str,
     platform: str,
     settings: BuildSettings,
+    omni: str | None = None,
 ) -> tuple[LockedSet, str | None]:
     sources = _sources(catalog, install, platform, version, settings)
     base = LockedSet(
         package=install.package,
         vllm=version,
+        omni=omni,
         platform=platform,
         accelerator=install.accelerator,
         python=install.python or "",
@@ -263,8 +285,8 @@ def _resolve_set(
             return base.model_copy(update={"unresolvable": unreachable, "unreachable_index": name}), None
     try:
         compiled = index.compile_set(
-            [f"{install.package}=={version}"], platform, install.python or "", install.remove_packages,
-            settings.find_links if install.local_wheels else None, sources,
+            _wanted(catalog, install.package, version, omni), platform, install.python or "",
+            install.remove_packages, settings.find_links if install.local_wheels else None, sources,
         )  # fmt: skip
     except index.IndexUnavailable as exc:
         return base.model_copy(update={"unresolvable": str(exc)}), None
@@ -291,7 +313,7 @@ def _resolve_set(
     if install.accelerator == "cuda" and cuda not in install.base_images:
         why = f"torch {torch} is built for CUDA {cuda}, and the catalog has no base image for it"
         return base.model_copy(update={"unresolvable": why, "torch": torch, "cuda": cuda}), None
-    key = set_key(install.package, version, platform, install.accelerator, install.python or "")
+    key = set_key(install.package, version, platform, install.accelerator, install.python or "", omni)
     locked = base.model_copy(
         update={
             "requirements": f"sets/{key}.txt",

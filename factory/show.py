@@ -26,7 +26,7 @@ def install_commands(image: ImagePlan) -> list[str]:
         f"torch {install.torch}" + (f", CUDA {install.cuda}" if install.cuda else ""),
         f"the other dependencies of {install.package}",
         f"{install.package}=={image.vllm_version}: the locked set {install.lock_key}",
-    )
+    ) + ((f"vllm-omni=={install.omni} and what only it needs",) if install.omni else ())
     return [
         f"python{install.python} -m venv /opt/vllm && . /opt/vllm/bin/activate",
         f"pip install --require-hashes --no-deps --target /tmp/uv -r {folder}/uv.txt",

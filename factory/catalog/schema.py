@@ -211,6 +211,43 @@ class DeviationRule(Strict):
         return SpecifierSet(self.vllm).contains(version, prereleases=True)
 
 
+class OmniRelease(Sourced):
+    """One vllm-omni release and the vLLM series (major.minor) it runs with, read from its project."""
+
+    omni: str
+    vllm: str  # "0.30": any 0.30.x
+
+
+class OmniRefusal(Sourced):
+    """Where no omni image can exist (an accelerator, a platform, or both), and why."""
+
+    accelerator: str | None = None
+    platform: str | None = None
+    why: str
+
+    def matches(self, accelerator: str, platform: str | None) -> bool:
+        same_platform = self.platform is None or (platform is not None and self.platform == platform)
+        return (self.accelerator is None or self.accelerator == accelerator) and same_platform
+
+
+class OmniCatalog(Sourced):
+    """vllm-omni: its releases with the vLLM each runs with, and where no omni image can exist."""
+
+    package: str = "vllm-omni"
+    releases: list[OmniRelease] = []
+    refusals: list[OmniRefusal] = []
+
+    def release_for(self, vllm: str) -> OmniRelease | None:
+        """The vllm-omni release that runs with this vLLM release (the same major.minor), if any."""
+        series = ".".join(vllm.split(".")[:2])
+        return next((r for r in self.releases if r.vllm == series), None)
+
+    def refusal(self, accelerator: str, platform: str | None) -> str | None:
+        """Why no omni image can exist for this accelerator (on this platform, when given); else None."""
+        found = next((r for r in self.refusals if r.matches(accelerator, platform)), None)
+        return f"{found.why} (source: {found.source})" if found else None
+
+
 class Catalog(Strict):
     vendors: dict[str, Vendor]
     indexes: dict[str, PackageIndex] = {}
@@ -226,6 +263,7 @@ class Catalog(Strict):
     uv: str  # the uv release images install their locked set with (the lock holds its hashes)
     # Where the factory's commands differ from the upstream site's (catalog/deviations.yaml).
     deviations: list[DeviationRule] = []
+    omni: OmniCatalog | None = None  # vllm-omni releases and where they can run
 
     @property
     def default_index(self) -> str:

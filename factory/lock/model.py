@@ -20,7 +20,7 @@ INDEX_UNREACHABLE = "index not reachable here"  # an index the install names doe
 NOT_RESOLVABLE = "not resolvable"  # the indexes answer, but no complete set exists for the target
 NOT_LOCKED = "not locked"  # run `factory lock`
 NO_BASE_IMAGE = "no base image"  # the catalog has no base image for the set's CUDA version
-OMNI = "vllm-omni"  # vllm-omni serving: the factory's images install vLLM without it
+OMNI = "vllm-omni"  # vllm-omni cannot run on this hardware, or no vllm-omni release runs with the vLLM
 
 
 class Release(Strict):
@@ -31,6 +31,7 @@ class Release(Strict):
     constraint: str  # what the recipe asked for when this was chosen; a changed ask is chosen again
     base_image: str | None = None  # a vendor image the recipe names for this release (ROCm)
     cause: str | None = None  # when there is no release: one of the causes above
+    omni: str | None = None  # omni recipes: the vllm-omni release installed with this vLLM
 
 
 class LockedSet(Strict):
@@ -38,6 +39,7 @@ class LockedSet(Strict):
 
     package: str
     vllm: str
+    omni: str | None = None  # the vllm-omni release locked together with vLLM (omni recipes)
     platform: str  # linux/amd64, linux/arm64
     accelerator: str  # cuda, cpu
     python: str
@@ -47,6 +49,7 @@ class LockedSet(Strict):
     cuda: str | None = None  # the CUDA version of the torch build (12.8, 13.0), for CUDA sets
     heavy: list[str] = []  # what the image installs in its first, slow-moving layer
     unresolvable: str | None = None
+    cause: str | None = None  # a set that cannot exist anywhere (vllm-omni on arm64): its cause word
     # The index this machine could not reach (the set is tried again when a later lock reaches it).
     unreachable_index: str | None = None
     indexes: dict[str, str] = {}  # name -> URL of every index the resolution asked besides the default
@@ -68,9 +71,12 @@ def uv_key(uv: str, platform: str) -> str:
     return set_key("uv", uv, platform, "tool", UV_PYTHON)
 
 
-def set_key(package: str, vllm: str, platform: str, accelerator: str, python: str) -> str:
+def set_key(
+    package: str, vllm: str, platform: str, accelerator: str, python: str, omni: str | None = None
+) -> str:
     arch = platform.removeprefix("linux/")
-    return f"{package}-{vllm}-{accelerator}-{arch}-py{python}"
+    with_omni = f"-omni-{omni}" if omni else ""
+    return f"{package}-{vllm}{with_omni}-{accelerator}-{arch}-py{python}"
 
 
 def cuda_version(requirements: str) -> str | None:
@@ -132,9 +138,30 @@ def _split_layers(requirements: str, heavy: tuple[str, ...], package: str) -> tu
     served = canonical_name(package)
     parts: tuple[list[str], list[str], list[str]] = ([], [], [])
     for name, block in blocks:
-        parts[0 if name in heavy else 2 if canonical_name(name) == served else 1].append(block)
+        # Without uv's `# via` lines: they name who needs a package, so the same torch pins would make a
+        # different layer in an image whose set has one more dependent (vllm-omni's image and the plain one).
+        pinned = "\n".join(line for line in block.splitlines() if not line.lstrip().startswith("#"))
+        parts[0 if name in heavy else 2 if canonical_name(name) == served else 1].append(pinned)
     torch_part, dependencies, itself = ("\n".join(part) + "\n" for part in parts)
     return torch_part, dependencies, itself
+
+
+def split_omni(requirements: str, heavy: list[str], omni_package: str) -> tuple[str, str]:
+    """An omni set cut in two before its layers are: the packages vLLM's image has too, and vllm-omni with
+    what only it needs (its `# via` names it alone: diffusers, fa3-fwd, ...), pins and hashes only. The omni
+    part is a layer of its own after vLLM's, so the layers below stay the plain image's wherever the two
+    sets pin the same."""
+    served = canonical_name(omni_package)
+    kept: list[str] = []
+    omni: list[str] = []
+    for name, block in requirement_blocks(requirements):
+        via = {canonical_name(v) for v in _via(block)}
+        alone = canonical_name(name) == served or (bool(via) and via <= {served} and name not in heavy)
+        if alone:
+            omni.append("\n".join(line for line in block.splitlines() if not line.lstrip().startswith("#")))
+        else:
+            kept.append(block)
+    return "\n".join(kept) + "\n", "\n".join(omni) + "\n"
 
 
 def canonical_name(name: str) -> str:

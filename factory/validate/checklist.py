@@ -63,7 +63,7 @@ PROBES: tuple[Probe, ...] = (
         "the task's endpoint (images, video, speech) answers the recipe's own request",
         "vllm-omni models",
         lambda tasks: "omni" in tasks,
-        "no vllm-omni image can be served here (no GPU)",
+        "no vllm-omni image can be served here: it needs a CUDA GPU on x86-64 (the catalog's omni refusals)",
     ),
 )
 
