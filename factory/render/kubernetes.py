@@ -372,7 +372,7 @@ def _header(deployment: Deployment) -> str:
     )
 
 
-class _Dumper(yaml.SafeDumper):
+class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
     """Every object written out in full: no YAML anchors for values that repeat (labels, probes)."""
 
     def ignore_aliases(self, data: Any) -> bool:
