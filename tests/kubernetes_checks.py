@@ -38,7 +38,9 @@ def _closed(node: Any) -> Any:
         return node
     out = {
         # a field named like a keyword (`type`, `items`) stays a field: properties map names to schemas
-        key: {name: _closed(field) for name, field in value.items()} if key == "properties" else _closed(value)
+        key: {name: _closed(field) for name, field in value.items()}
+        if key == "properties"
+        else _closed(value)
         for key, value in node.items()
         if not key.startswith("x-kubernetes-")
     }
@@ -105,7 +107,9 @@ def webhook_problems(lws: Mapping[str, Any]) -> list[str]:
     if size < 1:
         problems.append("spec.leaderWorkerTemplate.size: size must be equal or greater than 1")
     if replicas * size > INT32_MAX:
-        problems.append(f"spec.replicas: the product of replicas and worker replicas must not exceed {INT32_MAX}")
+        problems.append(
+            f"spec.replicas: the product of replicas and worker replicas must not exceed {INT32_MAX}"
+        )
     rolling = spec.get("rolloutStrategy", {}).get("rollingUpdateConfiguration", {})
     unavailable, surge = rolling.get("maxUnavailable", 1), rolling.get("maxSurge", 0)
     path = "spec.rolloutStrategy.rollingUpdateConfiguration"
@@ -176,7 +180,9 @@ def core_validator(version: str, kind: str, api_version: str) -> jsonschema.prot
     group = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
     schema = schema_contents(f"{folder}/{kind.lower()}-{group}.json", version)
     definitions = schema_contents(f"{folder}/_definitions.json", version)
-    registry: Registry[Any] = Resource.from_contents(definitions) @ (Resource.from_contents(schema) @ Registry())
+    registry: Registry[Any] = Resource.from_contents(definitions) @ (
+        Resource.from_contents(schema) @ Registry()
+    )
     return jsonschema.Draft202012Validator(schema, registry=registry)
 
 
@@ -186,7 +192,9 @@ def lws_variables_set(obj: Mapping[str, Any]) -> list[str]:
     found = []
     for role, template in pod_templates(obj):
         for container in template["spec"]["containers"]:
-            found += [f"{role}: {e['name']}" for e in container.get("env", []) if e["name"].startswith("LWS_")]
+            found += [
+                f"{role}: {e['name']}" for e in container.get("env", []) if e["name"].startswith("LWS_")
+            ]
     return found
 
 
