@@ -142,8 +142,7 @@ def test_every_lws_validates_strictly_against_each_release_from_the_minimum() ->
 
 
 def test_a_field_newer_than_the_minimum_fails_against_the_older_crd() -> None:
-    path, documents = next((p, d) for p, d in _committed() if "multi_node" in p.as_posix())
-    lws = copy.deepcopy(_kind(documents, "LeaderWorkerSet"))
+    lws = copy.deepcopy(_kind(_committed_lws_documents(), "LeaderWorkerSet"))
     # volumeClaimTemplates came with v0.8.0
     lws["spec"]["leaderWorkerTemplate"]["volumeClaimTemplates"] = [{"metadata": {"name": "cache"}}]
     assert checks.schema_problems(lws, "v0.8.0") == []
@@ -209,9 +208,10 @@ def test_core_objects_and_pod_templates_validate_strictly_for_each_kubernetes_ve
         for path, documents in committed:
             for doc in documents:
                 assert checks.core_problems(doc, version) == [], (version, path)
-    assert kubernetes.KUBERNETES_VERSIONS == (
-        checks.KUBERNETES_VERSIONS[0][:4],
-        checks.KUBERNETES_VERSIONS[-1][:4],
+    claimed = (checks.KUBERNETES_VERSIONS[0][:4], checks.KUBERNETES_VERSIONS[-1][:4])
+    assert claimed == (
+        kubernetes.KUBERNETES_VERSIONS[0],
+        kubernetes.KUBERNETES_VERSIONS[-1],
     )
 
 
@@ -265,7 +265,7 @@ def test_kubectl_kustomize_renders_every_kustomization_and_the_output_validates(
 
 
 def test_kustomize_images_repoints_every_pod_of_an_lws(tmp_path: Path) -> None:
-    """A mirror or a published digest goes in the kustomization's `images:`, and reaches leader and workers."""
+    """A mirror or a published digest goes in the kustomization's `images:`: it reaches leader and workers."""
     folder = next(path.parent for path, _ in _committed() if "multi_node" in path.as_posix())
     shutil.copytree(folder, tmp_path / "base")
     kustomization = yaml.safe_load((tmp_path / "base" / "kustomization.yaml").read_text())
