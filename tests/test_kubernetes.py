@@ -24,7 +24,7 @@ from factory.plan.models import Deployment
 from factory.project import Project, load_project
 from factory.render import compose, kubernetes
 from tests import kubernetes_checks as checks
-from tests.conftest import KIMI, ROOT, TINY, blueprint_of
+from tests.conftest import KIMI, ROOT, TINY, blueprint_of, run_factory
 
 K8S = ROOT / "k8s"
 
@@ -463,3 +463,12 @@ def test_every_upstream_deployment_validates_and_runs_its_compose_command(
     print(counts)
     assert problems == []
     assert counts["multi_node"] > 1000 and counts["single_node"] > 1000
+
+
+def test_show_prints_the_committed_manifest(project: Project) -> None:
+    result = run_factory(
+        ROOT, "show", KIMI, "--hardware", "h200", "--strategy", "multi_node_dep", "--format", "k8s"
+    )
+    assert result.returncode == 0, result.stderr
+    deployment = blueprint_of(project, KIMI, "h200").deployment("multi_node_dep")
+    assert result.stdout == (ROOT / kubernetes.directory(deployment) / "manifest.yaml").read_text()
