@@ -95,13 +95,30 @@ def _chat_through_service(
         {"model": TINY, "messages": [{"role": "user", "content": CHAT_MESSAGE}], "max_tokens": 8}
     )
     url = f"http://{service}:{port}/v1/chat/completions"
-    output = client.containers.run(
+    client_container = client.containers.create(
         image,
-        entrypoint=["curl", "-fsS", "-H", "Content-Type: application/json", "-d", payload, url],
+        entrypoint=[
+            "curl",
+            "-sS",
+            "--max-time",
+            "300",
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            payload,
+            url,
+        ],
         network=network,
         labels={OWNER_LABEL: LABEL},
-        remove=True,
     )
+    try:
+        client_container.start()
+        status = client_container.wait(timeout=330)["StatusCode"]
+        output = client_container.logs(stdout=True, stderr=False).decode()
+        errors = client_container.logs(stdout=False, stderr=True).decode()
+    finally:
+        client_container.remove(force=True)
+    assert status == 0 and output, f"curl {url}: exit {status}, {errors or output or 'no answer'}"
     return parse_chat(json.loads(output))
 
 
