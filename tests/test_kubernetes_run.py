@@ -38,6 +38,16 @@ def test_a_field_the_translator_does_not_map_is_refused(project: Project) -> Non
 
 
 @pytest.fixture
+def none_left(docker_client: docker.DockerClient) -> Iterator[None]:
+    """Whatever the test does, none of its containers or networks is left (only its own label is looked at:
+    other tests may run on the same engine at the same time)."""
+    yield
+    mine = {"label": f"{OWNER_LABEL}={LABEL}"}
+    assert docker_client.containers.list(all=True, filters=mine) == []
+    assert docker_client.networks.list(filters=mine) == []
+
+
+@pytest.fixture
 def network(docker_client: docker.DockerClient) -> Iterator[tuple[Any, str]]:
     """A labelled bridge network with a subnet of its own: pods get fixed IPs, known before they start."""
     for _ in range(20):
@@ -133,7 +143,7 @@ def test_the_leader_worker_set_serves_a_chat_through_its_service(
     project: Project,
     tiny_built: Any,
     docker_client: docker.DockerClient,
-    no_leftovers: None,
+    none_left: None,
     network: tuple[Any, str],
 ) -> None:
     deployment = blueprint_of(project, TINY, "cpu").deployment("multi_node_tp_dp")
@@ -186,7 +196,7 @@ def test_the_one_node_deployment_serves_a_chat_through_its_service(
     project: Project,
     tiny_built: Any,
     docker_client: docker.DockerClient,
-    no_leftovers: None,
+    none_left: None,
     network: tuple[Any, str],
 ) -> None:
     documents = kubernetes.objects(blueprint_of(project, TINY, "cpu").deployment("single_node_tp"))
