@@ -67,6 +67,33 @@ def test_every_one_node_and_multi_node_deployment_has_a_manifest_and_a_kustomiza
         assert workload in kinds and "Service" in kinds, (d.strategy, kinds)
 
 
+def test_each_manifest_reads_back_as_the_objects_it_was_printed_from(project: Project) -> None:
+    """The YAML is written directly (not by PyYAML): loaded back, it is every object, value for value."""
+    for deployment in _deployments(project):
+        if kubernetes.deployable(deployment):
+            text = kubernetes.render(deployment)
+            assert [d for d in yaml.safe_load_all(text) if d] == kubernetes.objects(deployment)
+    tricky = [
+        "yes",
+        "No",
+        "on",
+        "null",
+        "1",
+        "0x1f",
+        "1e3",
+        "-1",
+        "--flag",
+        "a: b",
+        "#x",
+        "$(X)",
+        "é",
+        "",
+        "~",
+    ]
+    text = kubernetes.yaml_text.dump({"args": tricky, "n": 3, "b": True, "e": {}, "l": []})
+    assert yaml.safe_load(text) == {"args": tricky, "n": 3, "b": True, "e": {}, "l": []}
+
+
 def test_a_multi_node_group_is_one_leader_worker_set_recreated_as_a_whole(project: Project) -> None:
     deployment = blueprint_of(project, TINY, "cpu").deployment("multi_node_tp_dp")
     documents = kubernetes.objects(deployment)
@@ -454,6 +481,11 @@ def test_every_upstream_deployment_validates_and_runs_its_compose_command(
             continue
         counts[deployment.deploy_type] += 1
         problems += parity_problems(deployment, launcher)
+        text = kubernetes.render(deployment)
+        if [d for d in yaml.safe_load_all(text) if d] != kubernetes.objects(deployment):
+            problems.append(
+                f"{deployment.image.reference} {deployment.strategy}: the YAML reads back otherwise"
+            )
         for doc in kubernetes.objects(deployment):
             if doc["kind"] == "LeaderWorkerSet":
                 counts["lws"] += 1

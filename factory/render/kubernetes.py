@@ -20,12 +20,11 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-import yaml
-
 from factory.errors import InputError
 from factory.plan.models import Deployment
 from factory.plan.runspec import FromIndex, RunSpec, Value
 from factory.plan.settings import PLACEHOLDER, known_setting, setting
+from factory.render import yaml_text
 
 Manifest = dict[str, Any]
 
@@ -370,15 +369,8 @@ def _header(deployment: Deployment) -> str:
     )
 
 
-class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
-    """Every object written out in full: no YAML anchors for values that repeat (labels, probes)."""
-
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
-
-
 def _dump(documents: list[Manifest]) -> str:
-    return "---\n".join(yaml.dump(d, Dumper=_Dumper, sort_keys=False, width=100) for d in documents)
+    return "---\n".join(yaml_text.dump(d) for d in documents)
 
 
 def render(deployment: Deployment) -> str:
@@ -409,6 +401,4 @@ def kustomization(deployment: Deployment) -> str:
             for s in secrets
         ),
     ]
-    return (
-        _header(deployment) + "".join(f"{line}\n" for line in lines) + yaml.safe_dump(body, sort_keys=False)
-    )
+    return _header(deployment) + "".join(f"{line}\n" for line in lines) + yaml_text.dump(body)
