@@ -25,7 +25,7 @@ from factory.plan.versions import JudgedVersion, judged_version
 from factory.project import Project
 from factory.recipes.loader import LoadedRecipe, RecipeProblem, RecipeTree
 from factory.render.hashing import hashed_context
-from factory.render.outputs import OutputFile, compose_outputs
+from factory.render.outputs import OutputFile, compose_outputs, kubernetes_outputs
 from factory.router.image import router_image
 from factory.synthesis.matrix import Combination, Refusal, combinations, hardware_for
 
@@ -43,6 +43,7 @@ class Blueprint:
     deployments: tuple[Deployment, ...]
     image_files: tuple[OutputFile, ...]  # the build context under images/ (none when unbuildable)
     compose_files: tuple[OutputFile, ...]  # every deployment's files under compose/
+    k8s_files: tuple[OutputFile, ...]  # every deployment's manifests under k8s/ (P/D not yet)
     findings: tuple[Finding, ...]
     notes: tuple[str, ...]  # what the recipe sets that the factory does not use, with why
     ignored: tuple[str, ...] = ()  # the recipe's keys the site does not read (factory.recipes.ignored)
@@ -63,7 +64,7 @@ class Blueprint:
 
     @property
     def files(self) -> tuple[OutputFile, ...]:
-        return self.image_files + self.compose_files
+        return self.image_files + self.compose_files + self.k8s_files
 
 
 @dataclass(frozen=True)
@@ -209,6 +210,7 @@ def finish(
         deployments=deployments,
         image_files=tuple(image_files),
         compose_files=tuple(file for d in deployments for file in compose_outputs(d)),
+        k8s_files=tuple(file for d in deployments for file in kubernetes_outputs(d)),
         findings=tuple(preflight(project, image, [role for d in deployments for role in d.roles])),
         notes=loaded.notes,
         ignored=tuple(key.field for key in loaded.ignored),

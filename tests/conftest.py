@@ -72,7 +72,7 @@ def small_recipe(**changes: Any) -> dict[str, Any]:
 @pytest.fixture
 def scratch(tmp_path: Path) -> Path:
     """A copy of the project's data and generated files, for tests that change or break them."""
-    for name in ("recipes", "catalog", "images", "compose"):
+    for name in ("recipes", "catalog", "images", "compose", "k8s"):
         shutil.copytree(ROOT / name, tmp_path / name)
     return tmp_path
 

@@ -24,7 +24,7 @@ from factory.catalog.schema import GpuRequest, Secret, Volume
 from factory.plan.models import Deployment
 from factory.plan.runspec import FromIndex, RunSpec
 from factory.project import Project, load_project
-from factory.render import compose, docker_run
+from factory.render import compose, docker_run, kubernetes
 from factory.show import docker_run as show_docker_run
 from factory.tools import compose_binary
 from factory.validate import container
@@ -74,10 +74,15 @@ def _validation(deployment: Deployment) -> str:
     return repr(container.run_options(spec, {}, Path("/cache"), {"run": "1"}))
 
 
+def _kubernetes(deployment: Deployment) -> str:
+    return kubernetes.render(deployment)
+
+
 FORMATS: dict[str, tuple[Callable[[Deployment], str], dict[str, str]]] = {
     "compose": (_compose, compose.CANNOT_EXPRESS),
     "docker run": (_docker_run, docker_run.CANNOT_EXPRESS),
     "validation": (_validation, container.CANNOT_EXPRESS),
+    "kubernetes": (_kubernetes, kubernetes.CANNOT_EXPRESS),
 }
 
 

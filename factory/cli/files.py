@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from factory.cli.output import report_problems, say, warn
+from factory.errors import InputError
 from factory.project import Project
 
 
@@ -77,6 +78,17 @@ def cmd_show(project: Project, args: argparse.Namespace) -> int:
     blueprint, deployment = choose_deployment(
         project, args.model, args.hardware, args.strategy, args.variant, args.nodes
     )
+    if args.format == "k8s":
+        from factory.render import kubernetes
+
+        if not kubernetes.deployable(deployment):
+            raise InputError(
+                "prefill/decode deployments have no Kubernetes manifest yet",
+                field="--strategy",
+                value=deployment.strategy,
+            )
+        print(kubernetes.render(deployment), end="")
+        return 0
     if args.json:
         import json
 

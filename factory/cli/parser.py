@@ -143,6 +143,12 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--variant")
     show.add_argument("--nodes", type=node_count)
     show.add_argument("--json", action="store_true", help="print the rendering as one JSON object")
+    show.add_argument(
+        "--format",
+        choices=("text", "k8s"),
+        default="text",
+        help="k8s: the deployment's Kubernetes manifest (what k8s/.../manifest.yaml holds)",
+    )
     show.set_defaults(func=cmd_show)
 
     lst = sub.add_parser("list", help="list every image the recipes and catalog define")

@@ -11,10 +11,10 @@ from pathlib import Path, PurePosixPath
 
 from factory.catalog.schema import Server
 from factory.plan.models import Deployment, ImagePlan, ImageSpec
-from factory.render import compose
+from factory.render import compose, kubernetes
 from factory.render.templating import render_bake, render_dockerfile
 
-OUTPUT_ROOTS = ("images", "compose")
+OUTPUT_ROOTS = ("images", "compose", "k8s")
 IMAGE_FILES = ("factory-serve", "image_info.py")
 
 
@@ -98,6 +98,17 @@ def compose_outputs(deployment: Deployment) -> list[OutputFile]:
     if env_example is not None:
         files.append(OutputFile(compose.directory(deployment) / ".env.example", env_example.encode()))
     return files
+
+
+def kubernetes_outputs(deployment: Deployment) -> list[OutputFile]:
+    """manifest.yaml and kustomization.yaml under k8s/, for a deployment Kubernetes runs (not yet P/D)."""
+    if not kubernetes.deployable(deployment):
+        return []
+    folder = kubernetes.directory(deployment)
+    return [
+        OutputFile(folder / "manifest.yaml", kubernetes.render(deployment).encode()),
+        OutputFile(folder / "kustomization.yaml", kubernetes.kustomization(deployment).encode()),
+    ]
 
 
 @dataclass(frozen=True)

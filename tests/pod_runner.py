@@ -1,0 +1,137 @@
+"""Start a pod template's container on the Docker engine with what Kubernetes and LWS would give it.
+
+No kubelet runs here, so this is its part for one container: the environment (LWS's webhook variables, the
+downward API's pod IP, ConfigMap and Secret references, each entry's $(VAR)s), the command with its $(VAR)s
+expanded, the pod's address (a fixed IP on a bridge network) and the DNS names pods and Services answer to
+(network aliases). Every field it does not map is refused: a manifest that uses one cannot be tested here
+as if it had been.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import docker
+
+from factory.engine import OWNER_LABEL
+from tests import kubernetes_checks as checks
+
+POD_FIELDS = {"nodeSelector", "containers", "volumes"}
+CONTAINER_FIELDS = {
+    "name",
+    "image",
+    "command",
+    "args",
+    "env",
+    "ports",
+    "resources",
+    "securityContext",
+    "volumeMounts",
+    "startupProbe",
+    "readinessProbe",
+    "livenessProbe",
+}
+SECURITY_FIELDS = {"capabilities", "seccompProfile"}
+ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
+
+
+class UnmappedField(ValueError):
+    """A pod-spec field the translator cannot give a container: the test would not run what the manifest
+    says."""
+
+
+def _refuse_unknown(found: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    unknown = sorted(set(found) - allowed)
+    if unknown:
+        raise UnmappedField(f"{where}: {unknown} not mapped to a container (mapped: {sorted(allowed)})")
+
+
+@dataclass
+class Pod:
+    """One pod to start: its template, its address, its names and the environment LWS gives it."""
+
+    name: str
+    template: dict[str, Any]
+    ip: str
+    aliases: list[str] = field(default_factory=list)
+    injected: dict[str, str] = field(default_factory=dict)  # LWS_* from LWS's pod webhook
+
+
+def container_options(
+    pod: Pod, network: str, sources: Mapping[str, Mapping[str, str]], client: docker.APIClient, label: str
+) -> dict[str, Any]:
+    """The low-level API's create_container arguments for the pod's only container."""
+    spec = pod.template["spec"]
+    _refuse_unknown(spec, POD_FIELDS, "pod spec")
+    arch = spec.get("nodeSelector", {}).get("kubernetes.io/arch")
+    _refuse_unknown(spec.get("nodeSelector", {}), {"kubernetes.io/arch"}, "nodeSelector")
+    if arch is not None and arch != ARCH.get(platform.machine()):
+        raise UnmappedField(f"nodeSelector: {arch} does not match this engine's {platform.machine()}")
+    if len(spec["containers"]) != 1:
+        raise UnmappedField("one container per pod is mapped")
+    container = spec["containers"][0]
+    _refuse_unknown(container, CONTAINER_FIELDS, "container")
+    if any(amount for amount in container.get("resources", {}).get("limits", {}).values()):
+        raise UnmappedField(f"resources: {container['resources']} (no GPU here)")
+    env = checks.container_environment(container, pod.injected, {"status.podIP": pod.ip}, sources)
+    command = [checks.expand(word, env.get) for word in container.get("command", [])]
+    args = [checks.expand(word, env.get) for word in container.get("args", [])]
+    # volumes: the memory-backed /dev/shm becomes the container's shm size, an emptyDir a tmpfs
+    volumes = {volume["name"]: volume for volume in spec.get("volumes", [])}
+    shm_size = None
+    tmpfs: dict[str, str] = {}
+    for mount in container.get("volumeMounts", []):
+        _refuse_unknown(mount, {"name", "mountPath"}, "volumeMount")
+        volume = volumes[mount["name"]]
+        _refuse_unknown(volume, {"name", "emptyDir"}, f"volume {volume['name']}")
+        empty = volume["emptyDir"]
+        _refuse_unknown(empty, {"medium", "sizeLimit"}, f"volume {volume['name']}")
+        if mount["mountPath"] == "/dev/shm" and empty.get("medium") == "Memory":
+            shm_size = empty["sizeLimit"].replace("Gi", "g").replace("Mi", "m")
+        else:
+            tmpfs[mount["mountPath"]] = ""
+    security = container.get("securityContext", {})
+    _refuse_unknown(security, SECURITY_FIELDS, "securityContext")
+    _refuse_unknown(security.get("capabilities", {}), {"add"}, "capabilities")
+    security_opt = ["seccomp=unconfined"] if security.get("seccompProfile") == {"type": "Unconfined"} else []
+    healthcheck = _healthcheck(container, pod.ip)
+    host_config = client.create_host_config(
+        shm_size=shm_size,
+        cap_add=security.get("capabilities", {}).get("add"),
+        security_opt=security_opt or None,
+        tmpfs=tmpfs or None,
+    )
+    endpoint = client.create_endpoint_config(ipv4_address=pod.ip, aliases=[pod.name, *pod.aliases])
+    return {
+        "image": container["image"],
+        "entrypoint": command or None,
+        "command": args,
+        "environment": env,
+        "hostname": pod.name,
+        "labels": {OWNER_LABEL: label},
+        "healthcheck": healthcheck,
+        "host_config": host_config,
+        "networking_config": client.create_networking_config({network: endpoint}),
+    }
+
+
+def _healthcheck(container: Mapping[str, Any], ip: str) -> dict[str, Any] | None:
+    """The readiness probe as Docker's health check (the kubelet asks the pod's IP); the startup probe's
+    budget its start period."""
+    ready = container.get("readinessProbe")
+    if ready is None:
+        return {"test": ["NONE"]}
+    get = ready["httpGet"]
+    port = next(p["containerPort"] for p in container["ports"] if p["name"] == get["port"])
+    startup = container["startupProbe"]
+    second = 1_000_000_000
+    return {
+        "test": ["CMD", "curl", "-fsS", "-o", "/dev/null", f"http://{ip}:{port}{get['path']}"],
+        "interval": 5 * second,
+        "timeout": ready["timeoutSeconds"] * second,
+        "retries": ready["failureThreshold"],
+        "start_period": startup["periodSeconds"] * startup["failureThreshold"] * second,
+    }
