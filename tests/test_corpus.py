@@ -106,6 +106,7 @@ def test_the_whole_corpus_locks_generates_and_checks_clean(upstream: Path, locke
     assert said, result.stdout[-2000:]
     files = [p for p in (out / "images").rglob("*") if p.is_file()]
     files += [p for p in (out / "compose").rglob("*") if p.is_file()]
+    files += [p for p in (out / "k8s").rglob("*") if p.is_file()]
     assert len(files) == int(said[2]) > 10_000, "every file generate counted is on disk, and no other"
     # Each image `factory list` names as buildable has its Dockerfile and bake target; the others say why.
     listing = run_factory(ROOT, "list", "--recipes", str(upstream), "--out", str(out))
