@@ -93,7 +93,7 @@ def run_factory(
 def tree_snapshot(root: Path) -> dict[str, bytes]:
     return {
         p.relative_to(root).as_posix(): p.read_bytes()
-        for top in ("images", "compose")
+        for top in ("images", "compose", "k8s")
         for p in sorted((root / top).rglob("*"))
         if p.is_file()
     }

@@ -184,7 +184,7 @@ def test_a_vllm_bump_keeps_what_the_layers_below_vllm_are_keyed_on(tmp_path: Pat
 
 def test_check_fails_on_a_missing_or_stale_lock_without_the_index(tmp_path: Path) -> None:
     scratch = tmp_path / "project"
-    for name in ("recipes", "catalog", "images", "compose"):
+    for name in ("recipes", "catalog", "images", "compose", "k8s"):
         shutil.copytree(ROOT / name, scratch / name)
     offline = {"PIP_INDEX_URL": "http://127.0.0.1:9/simple", "UV_INDEX_URL": "http://127.0.0.1:9/simple"}
     assert run_factory(scratch, "generate", "--check", env=offline).returncode == 0
