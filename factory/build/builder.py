@@ -19,7 +19,8 @@ from docker.errors import ImageNotFound
 
 from factory.blueprint import Blueprint
 from factory.build.backends import has_buildx, run_build
-from factory.build.context import BuildTarget, check_generated, stage
+from factory.build.context import BuildTarget, StagedContext, check_generated, stage
+from factory.build.progress import BuildLog
 from factory.engine import connect, engine_facts
 from factory.errors import DockerError
 from factory.files import write_text_atomic
@@ -91,13 +92,27 @@ def build_image(
             finally:
                 if progress is not None:
                     progress.close()
-            built = client.images.get(temporary)
-            tags = [image.reference, image.immutable_reference]
-            for tag in tags:
-                repository, _, name = tag.rpartition(":")
-                built.tag(repository, name)
+            return tag_built(client, temporary, staged, log, chosen, started)
         finally:
-            _untag(client, temporary)
+            untag(client, temporary)
+
+
+def tag_built(
+    client: docker.DockerClient,
+    temporary: str,
+    staged: StagedContext,
+    log: BuildLog,
+    backend: str,
+    started: float,
+) -> BuildResult:
+    """Give the image BuildKit wrote under `temporary` its real tags (only now: a failed build moves none),
+    and say what was built."""
+    image = staged.image
+    built = client.images.get(temporary)
+    tags = [image.reference, image.immutable_reference]
+    for tag in tags:
+        repository, _, name = tag.rpartition(":")
+        built.tag(repository, name)
     built.reload()
     return BuildResult(
         image=image.reference,
@@ -108,7 +123,7 @@ def build_image(
         cached_steps=log.cached_steps,
         total_steps=log.total_steps,
         base_image=staged.base_image,
-        backend=chosen,
+        backend=backend,
         platform=image.platform,
         inputs_hash=image.inputs_hash,
     )
@@ -123,7 +138,7 @@ def _has_image(client: docker.DockerClient, reference: str) -> bool:
     return True
 
 
-def _untag(client: docker.DockerClient, reference: str) -> None:
+def untag(client: docker.DockerClient, reference: str) -> None:
     with contextlib.suppress(ImageNotFound):
         client.images.remove(reference, noprune=True)
 

@@ -3,17 +3,14 @@ then the real tags once BuildKit succeeded), from its generated folder, with the
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
-from docker.errors import ImageNotFound
-
 from factory.build.backends import run_build
-from factory.build.builder import BuildResult, choose_backend
+from factory.build.builder import BuildResult, choose_backend, tag_built, untag
 from factory.build.context import StagedContext, stage_secrets
 from factory.engine import connect, engine_facts
 from factory.errors import InputError
@@ -63,25 +60,6 @@ def build_router(
         staged = StagedContext(image, directory, build_args, secrets, settings.base_image or image.base_image)
         try:
             log = run_build(staged, temporary, chosen, echo)
-            built = client.images.get(temporary)
-            tags = [image.reference, image.immutable_reference]
-            for tag in tags:
-                repository, _, name = tag.rpartition(":")
-                built.tag(repository, name)
+            return tag_built(client, temporary, staged, log, chosen, started)
         finally:
-            with contextlib.suppress(ImageNotFound):
-                client.images.remove(temporary, noprune=True)
-    built.reload()
-    return BuildResult(
-        image=image.reference,
-        tags=tags,
-        image_id=str(built.id),
-        size_bytes=int(built.attrs.get("Size", 0)),
-        duration_s=round(time.monotonic() - started, 2),
-        cached_steps=log.cached_steps,
-        total_steps=log.total_steps,
-        base_image=staged.base_image,
-        backend=chosen,
-        platform=image.platform,
-        inputs_hash=image.inputs_hash,
-    )
+            untag(client, temporary)
