@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 
 from factory.catalog.schema import Catalog, DeviationRule
@@ -22,22 +23,8 @@ def load_catalog(path: Path) -> Catalog:
         rules = load_model(_Deviations, deviations).deviations
         catalog = catalog.model_copy(update={"deviations": rules})
     for name, hardware in catalog.hardware.items():
-        if hardware.install not in catalog.installs:
-            raise InputError(
-                "unknown install",
-                file=path,
-                field=f"hardware.{name}.install",
-                value=hardware.install,
-                valid=catalog.installs,
-            )
-        if hardware.vendor not in catalog.vendors:
-            raise InputError(
-                "unknown vendor",
-                file=path,
-                field=f"hardware.{name}.vendor",
-                value=hardware.vendor,
-                valid=catalog.vendors,
-            )
+        _named(hardware.install, catalog.installs, path, f"hardware.{name}.install", "install")
+        _named(hardware.vendor, catalog.vendors, path, f"hardware.{name}.vendor", "vendor")
         install = catalog.installs[hardware.install]
         if install.kind == "pip" and hardware.base_image is None and not install.base_images:
             raise InputError(
@@ -47,24 +34,11 @@ def load_catalog(path: Path) -> Catalog:
             )
     for name, install in catalog.installs.items():
         for position, use in enumerate(install.indexes):
-            if use.index not in catalog.indexes:
-                raise InputError(
-                    "unknown package index",
-                    file=path,
-                    field=f"installs.{name}.indexes[{position}].index",
-                    value=use.index,
-                    valid=catalog.indexes,
-                )
+            where = f"installs.{name}.indexes[{position}].index"
+            _named(use.index, catalog.indexes, path, where, "package index")
     for model_id, names in catalog.only_hardware.items():
         for index, name in enumerate(names):
-            if name not in catalog.hardware:
-                raise InputError(
-                    "unknown hardware",
-                    file=path,
-                    field=f"only_hardware.{model_id}[{index}]",
-                    value=name,
-                    valid=catalog.hardware,
-                )
+            _named(name, catalog.hardware, path, f"only_hardware.{model_id}[{index}]", "hardware")
     if "default" not in catalog.build_recipes:
         raise InputError(
             "the recipe to build by default is missing", file=path, field="build_recipes.default"
@@ -79,3 +53,9 @@ def load_catalog(path: Path) -> Catalog:
                 valid=[*catalog.hardware, "default"],
             )
     return catalog
+
+
+def _named(value: str, known: Collection[str], path: Path, field: str, what: str) -> None:
+    """A name that must be one of the catalog's own: else an error naming field, value and the valid names."""
+    if value not in known:
+        raise InputError(f"unknown {what}", file=path, field=field, value=value, valid=known)
