@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from factory.plan.models import NodeRole
-from factory.plan.runspec import ProcessGroup, Run, Value, process_spec, template_of
+from factory.plan.runspec import FromIndex, ProcessGroup, Run, Value, process_spec, template_of
 from factory.synthesis.args import flag_value
 
 ROLE_LABEL = "ai.vllm.factory.role"
@@ -27,19 +27,21 @@ def process_groups(
         nodes = [(member.rank, member.args) for member in members]
         first = members[0]
         shared = template_of(nodes, first.pool)
-        if any(member.env != first.env for member in members):
-            shared = None  # the environment has no rank values: nodes that differ there get a spec each
+        shared_env = _env_template(members)
+        if shared_env is None:
+            shared = None  # nodes whose environment differs other than by their own address: a spec each
         split = [[member] for member in members] if shared is None else [members]
         for part in split:
             one = part[0]
             args: Sequence[Value] = shared if shared is not None else one.args
+            env = shared_env if shared is not None and shared_env is not None else tuple(one.env.items())
             port = flag_value(one.args, "--port")
             spec = process_spec(
                 run,
                 image=image if first.program == "vllm" else router_image,
                 program=first.program,
                 args=args,
-                env=tuple(one.env.items()),
+                env=env,
                 host_network=host_network,
                 serves_http=first.serves_http,
                 port=int(port) if port and port.isdigit() else None,
@@ -55,6 +57,25 @@ def process_groups(
             )
     _check(groups, roles)
     return tuple(groups)
+
+
+def _env_template(members: Sequence[NodeRole]) -> tuple[tuple[str, Value], ...] | None:
+    """One environment for every node: a value that is each node's own pool address (a PD pool's
+    VLLM_NIXL_SIDE_CHANNEL_HOST, $DECODE_NODE_<index + 1>) as a FromIndex, the others equal on every node.
+    None when the nodes differ in any other way."""
+    first = members[0]
+    if any(member.env.keys() != first.env.keys() for member in members):
+        return None
+    found: list[tuple[str, Value]] = []
+    for name, value in first.env.items():
+        if all(member.env[name] == value for member in members):
+            found.append((name, value))
+            continue
+        own = FromIndex(address_of=first.pool.upper()) if first.pool else None
+        if own is None or any(member.env[name] != own.at(member.rank) for member in members):
+            return None
+        found.append((name, own))
+    return tuple(found)
 
 
 def _grouped(roles: Sequence[NodeRole]) -> list[tuple[str, list[NodeRole]]]:
