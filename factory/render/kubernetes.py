@@ -2,8 +2,15 @@
 
 One node: a Deployment and a Service. Multi-node: a LeaderWorkerSet (leaderworkerset.x-k8s.io/v1) whose
 leader runs the head's spec and whose workers run the one worker spec, the rank taken from LWS's
-$(LWS_WORKER_INDEX), plus a Service over the pods that serve HTTP. Prefill/decode deployments are not
-printed here (the router image comes first).
+$(LWS_WORKER_INDEX), plus a Service over the pods that serve HTTP.
+
+Prefill/decode: one LeaderWorkerSet per pool (size = the pool's nodes, 1 for a one-node pool) and the router
+as a Deployment with the Service in front of it, not LWS's DisaggregatedSet. Why: the router names each pool
+node by address, and an LWS we name gives every node a stable DNS name (`<pool>-0` its leader, `<pool>-0-<i>`
+its other nodes, under LWS's headless Service `<pool>`), while the LWSs a DisaggregatedSet makes are named
+by its controller (their names are not in its CRD) and it has no place for the router (llm-d runs it as a
+sidecar); and a DisaggregatedSet needs LWS v0.9.0, these manifests the same v0.7.0 as every other LWS here.
+What a DisaggregatedSet adds, rolling the pools out together, is not needed for one copy of the deployment.
 
 Everything Kubernetes-specific lives here; the only mapping from compose settings to pod values is
 SETTING_VALUES. The objects are plain mappings checked by the schemas they are applied against (the LWS CRD
@@ -22,9 +29,10 @@ from typing import Any
 
 from factory.errors import InputError
 from factory.plan.models import Deployment
-from factory.plan.runspec import FromIndex, RunSpec, Value
+from factory.plan.runspec import FromIndex, ProcessGroup, RunSpec, Value
 from factory.plan.settings import PLACEHOLDER, known_setting, setting
 from factory.render import yaml_text
+from factory.router.lock import PLATFORM as ROUTER_PLATFORM
 
 Manifest = dict[str, Any]
 
@@ -67,6 +75,17 @@ SETTING_VALUES: dict[str, PodValue] = {
     "DP_RPC_PORT": PodValue("$(DP_RPC_PORT)", config=True),
     "IFACE_NAME": PodValue("$(IFACE_NAME)", config=True),
 }
+
+
+@dataclass(frozen=True)
+class Table:
+    """The setting values of one process group: SETTING_VALUES, and for a PD process its pool addresses."""
+
+    values: dict[str, PodValue]
+    own_pool: str | None = None  # a PD pool process: its own address (a FromIndex, a bound variable) is its pod's
+
+
+DEFAULT = Table(SETTING_VALUES)
 # ConfigMap values where a setting has no default on a host: a pod's network interface is eth0.
 CONFIG_DEFAULTS = {"IFACE_NAME": "eth0"}
 # A GPU is a device plugin's resource: by the engine's GPU driver, or by the device the vendor mounts.
@@ -78,6 +97,9 @@ SECURITY_OPTIONS = {
     "apparmor=unconfined": ("appArmorProfile", {"type": "Unconfined"}),
 }
 ARCHITECTURES = {"linux/amd64": "amd64", "linux/arm64": "arm64"}
+# Variables a pod given a GPU resource leaves out: the device plugin gives it its own GPUs, numbered from 0, so
+# the node's numbering compose splits a node's GPUs by (a PD pool's "4,5,6,7") names GPUs the pod does not have.
+DEVICE_ENV = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 
 # Run spec fields Kubernetes manifests cannot express, and why (a test keeps this list complete).
 CANNOT_EXPRESS = {
@@ -92,8 +114,9 @@ CANNOT_EXPRESS = {
 
 
 def deployable(deployment: Deployment) -> bool:
-    """Deployments printed as manifests: one node and multi-node (prefill/decode waits for the router)."""
-    return deployment.deploy_type in ("single_node", "multi_node")
+    """Deployments printed as manifests: every one, a prefill/decode one once the router is locked (a pod
+    needs its image; compose can take it from a setting)."""
+    return not any(group.spec.image.startswith("$") for group in deployment.run)
 
 
 def directory(deployment: Deployment) -> PurePosixPath:
@@ -102,19 +125,23 @@ def directory(deployment: Deployment) -> PurePosixPath:
     return base / f"{deployment.nodes}-nodes" if deployment.deploy_type == "multi_node" else base
 
 
-def object_name(deployment: Deployment) -> str:
-    """A DNS label short enough for LWS's pod names (<name>-<group>-<index>) and its label values."""
+def object_name(deployment: Deployment, part: str = "") -> str:
+    """A DNS label short enough for LWS's pod names (<name>-<group>-<index>) and its label values; `part`
+    (a PD pool, the router) ends it."""
     image = deployment.image
     text = "-".join([image.slug, image.hardware, image.variant, deployment.strategy])
     name = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
-    if len(name) > 52:
-        name = f"{name[:45].rstrip('-')}-{hashlib.sha256(name.encode()).hexdigest()[:6]}"
-    return name if name[0].isalpha() else f"m-{name}"
+    room = 52 - (len(part) + 1 if part else 0)
+    if len(name) > room:
+        name = f"{name[: room - 7].rstrip('-')}-{hashlib.sha256(name.encode()).hexdigest()[:6]}"
+    name = name if name[0].isalpha() else f"m-{name}"
+    return f"{name}-{part}" if part else name
 
 
-def pod_text(value: str, where: str) -> tuple[str, list[str]]:
+def pod_text(value: str, where: str, table: Table = DEFAULT) -> tuple[str, list[str]]:
     """A value as a pod field: every literal `$` doubled (Kubernetes reads $$ as $), each setting its $(VAR)
-    from SETTING_VALUES. Returns the text and the settings it names."""
+    from the table (SETTING_VALUES). Returns the text and the settings it names."""
+    values = table.values
     parts: list[str] = []
     names: list[str] = []
     last = 0
@@ -122,22 +149,24 @@ def pod_text(value: str, where: str) -> tuple[str, list[str]]:
         name = match.group("braced") or match.group("bare")
         if known_setting(name) is None:
             continue
-        if name not in SETTING_VALUES:
+        if name not in values:
             raise InputError(
                 f"{where} uses ${name}, which has no value in a pod",
                 field="setting",
                 value=name,
-                valid=sorted(SETTING_VALUES),
+                valid=sorted(values),
             )
         parts.append(value[last : match.start()].replace("$", "$$"))
-        parts.append(SETTING_VALUES[name].text)
+        parts.append(values[name].text)
         names.append(name)
         last = match.end()
     parts.append(value[last:].replace("$", "$$"))
     return "".join(parts), names
 
 
-def _command(spec: RunSpec, where: str) -> tuple[list[str] | None, list[str], list[str]]:
+def _command(
+    spec: RunSpec, where: str, table: Table = DEFAULT
+) -> tuple[list[str] | None, list[str], list[str]]:
     """(command, args, settings used): the image's entrypoint with the args, or the rank line when a value
     needs arithmetic."""
     args: list[str] = []
@@ -146,12 +175,18 @@ def _command(spec: RunSpec, where: str) -> tuple[list[str] | None, list[str], li
     for position, arg in enumerate(spec.args, start=1):
         if isinstance(arg, FromIndex):
             if arg.address_of is not None:
-                raise InputError(f"{where}: a pool node's address has no pod value", field="args", value=arg)
+                if arg.address_of != table.own_pool:  # its own node's address: its pod's
+                    raise InputError(
+                        f"{where}: a pool node's address has no pod value", field="args", value=arg
+                    )
+                args.append(POD_ADDRESS.text)
+                names.append(POD_ADDRESS_SETTING)
+                continue
             if arg.times != 1:
                 computed.append((position, arg))
             args.append(INDEX)
             continue
-        text, used = pod_text(arg, where)
+        text, used = pod_text(arg, where, table)
         args.append(text)
         names += used
     if not computed:
@@ -163,14 +198,18 @@ def _command(spec: RunSpec, where: str) -> tuple[list[str] | None, list[str], li
     return ["sh", "-c", script, "vllm-factory", str(position), str(value.times)], args, names
 
 
-def _env_value(value: Value, where: str) -> tuple[str, list[str]]:
+def _env_value(name: str, value: Value, where: str, table: Table = DEFAULT) -> tuple[str, list[str]]:
+    own = FromIndex(address_of=table.own_pool)
+    if table.own_pool and (value == own or (name in BOUND_ENV and _pool_address(value) is not None)):
+        # its own node's address, or one vLLM binds on its own node whichever node compose names
+        return POD_ADDRESS.text, [POD_ADDRESS_SETTING]
     if isinstance(value, FromIndex):
         if value.times != 1 or value.address_of is not None:
             raise InputError(
                 f"{where}: an environment value computed from the index", field="env", value=value
             )
         return INDEX, []
-    return pod_text(value, where)
+    return pod_text(value, where, table)
 
 
 def _shm_limit(size: str) -> str:
@@ -225,21 +264,26 @@ def _security(spec: RunSpec) -> dict[str, Any]:
     return {"securityContext": context} if context else {}
 
 
-def pod_template(deployment: Deployment, spec: RunSpec, labels: dict[str, str], where: str) -> Manifest:
+def pod_template(
+    deployment: Deployment, spec: RunSpec, labels: dict[str, str], where: str, table: Table = DEFAULT
+) -> Manifest:
     """The pod of one process group: its container printed from the spec."""
     name = object_name(deployment)
-    command, args, names = _command(spec, where)
+    command, args, names = _command(spec, where, table)
     env: list[dict[str, Any]] = []
     extra: list[tuple[str, Value]] = list(spec.env)
     values: list[tuple[str, str]] = []
+    if _resources(spec):
+        extra = [(env_name, value) for env_name, value in extra if env_name not in DEVICE_ENV]
     for env_name, value in extra:
-        text, used = _env_value(value, where)
+        text, used = _env_value(env_name, value, where, table)
         names += used
         values.append((env_name, text))
     # Settings first: an env value names them as $(VAR), which Kubernetes expands from earlier entries only.
     for setting_name in dict.fromkeys(names):
-        mapped = SETTING_VALUES[setting_name]
-        env += [{"name": var, **source} for var, source in mapped.env]
+        mapped = table.values[setting_name]
+        known = {entry["name"] for entry in env}  # two settings may be the same pod value ($(POD_IP))
+        env += [{"name": var, **source} for var, source in mapped.env if var not in known]
         if mapped.config:
             ref = {"name": f"{name}-settings", "key": setting_name}
             env.append({"name": setting_name, "valueFrom": {"configMapKeyRef": ref}})
@@ -267,8 +311,9 @@ def pod_template(deployment: Deployment, spec: RunSpec, labels: dict[str, str], 
     container |= _resources(spec) | _security(spec) | {"volumeMounts": mounts} | _probes(spec)
     annotations = dict(spec.labels)
     annotations["ai.vllm.factory.gpus"] = str(spec.gpus)  # the GPUs the process uses
+    platform = deployment.image.platform if spec.program == "vllm" else ROUTER_PLATFORM
     pod: dict[str, Any] = {
-        "nodeSelector": {"kubernetes.io/arch": ARCHITECTURES[deployment.image.platform]},
+        "nodeSelector": {"kubernetes.io/arch": ARCHITECTURES[platform]},
         "containers": [container],
         "volumes": volumes,
     }
@@ -285,6 +330,8 @@ def objects(deployment: Deployment) -> list[Manifest]:
     where = f"{deployment.image.reference} {deployment.strategy}"
     labels = {NAME_LABEL: name, "app.kubernetes.io/managed-by": "vllm-factory"}
     metadata = {"name": name, "labels": labels}
+    if deployment.deploy_type == "pd_cluster":
+        return _pd_objects(deployment, name, labels, where)
     if deployment.deploy_type == "single_node":
         spec = deployment.run[0].spec
         template = pod_template(deployment, spec, labels, where)
@@ -340,10 +387,14 @@ def settings_used(deployment: Deployment) -> list[str]:
     """The ConfigMap's settings: every config setting a pod of the deployment names."""
     where = deployment.strategy
     names: list[str] = []
+    config: set[str] = set()
     for group in deployment.run:
-        names += _command(group.spec, where)[2]
-        names += [n for _, v in group.spec.env for n in _env_value(v, where)[1]]
-    return [n for n in dict.fromkeys(names) if SETTING_VALUES[n].config]
+        table = table_of(deployment, group)
+        used = _command(group.spec, where, table)[2]
+        used += [n for k, v in group.spec.env for n in _env_value(k, v, where, table)[1]]
+        names += used
+        config |= {n for n in used if table.values[n].config}
+    return [n for n in dict.fromkeys(names) if n in config]
 
 
 def _config_map(deployment: Deployment, name: str, labels: dict[str, str]) -> Manifest | None:
@@ -376,7 +427,7 @@ def _dump(documents: list[Manifest]) -> str:
 def render(deployment: Deployment) -> str:
     """manifest.yaml: every object of the deployment."""
     start = "kubectl apply -k ." + (
-        " (needs LeaderWorkerSet " + MIN_LWS + " or later)" if deployment.deploy_type == "multi_node" else ""
+        " (needs LeaderWorkerSet " + MIN_LWS + " or later)" if deployment.deploy_type != "single_node" else ""
     )
     return _header(deployment) + f"# Start: {start}\n" + _dump(objects(deployment))
 
@@ -384,14 +435,14 @@ def render(deployment: Deployment) -> str:
 def kustomization(deployment: Deployment) -> str:
     """kustomization.yaml: the manifest, its image (a kustomize `images:` entry to pin a mirror or a
     digest), and the settings a user changes with a patch of the ConfigMap."""
-    repository, _, tag = deployment.run[0].spec.image.rpartition(":")
+    images = dict.fromkeys(group.spec.image for group in deployment.run)  # the PD router's is its own
     notes = [f"#   {n}: {setting(n).why}" for n in settings_used(deployment)]
     settings = ["# Settings (ConfigMap <name>-settings, change them with a patch):", *notes] if notes else []
     body = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         "resources": ["manifest.yaml"],
-        "images": [{"name": repository, "newTag": tag}],
+        "images": [{"name": r, "newTag": t} for r, _, t in (i.rpartition(":") for i in images)],
     }
     secrets = deployment.run[0].spec.secrets
     lines = [
@@ -402,3 +453,128 @@ def kustomization(deployment: Deployment) -> str:
         ),
     ]
     return _header(deployment) + "".join(f"{line}\n" for line in lines) + yaml_text.dump(body)
+
+
+# --- prefill/decode: a LeaderWorkerSet per pool, the router's Deployment and its Service -----------------
+
+POOL_ADDRESS = re.compile(r"^\$(?:\{)?(?P<pool>PREFILL|DECODE)_NODE_(?P<node>\d+)\}?$")
+# Variables naming an address vLLM binds on the process's own node (NIXL's side channel listens there): in a
+# pod that is the pod's address, whichever node compose names (a headless TP rank's names the pool's first).
+BOUND_ENV = ("VLLM_NIXL_SIDE_CHANNEL_HOST",)
+POD_ADDRESS_SETTING = "BIND_ADDRESS"
+POD_ADDRESS = SETTING_VALUES[POD_ADDRESS_SETTING]  # $(POD_IP), from status.podIP
+ROUTER = "router"
+
+
+def _pool_address(value: Value) -> tuple[str, int] | None:
+    """(pool, node number) of a value that is one pool node's address setting ($DECODE_NODE_2)."""
+    match = POOL_ADDRESS.match(value) if isinstance(value, str) else None
+    return (match["pool"], int(match["node"])) if match else None
+
+
+def pool_names(deployment: Deployment) -> dict[str, str]:
+    """Each pool's LWS name (also the name of LWS's headless Service over its pods), by pool."""
+    pools = dict.fromkeys(group.pool for group in deployment.run if group.pool)
+    return {pool: object_name(deployment, pool) for pool in pools}
+
+
+def pool_sizes(deployment: Deployment) -> dict[str, int]:
+    sizes: dict[str, int] = {}
+    for group in deployment.run:
+        if group.pool:
+            sizes[group.pool] = sizes.get(group.pool, 0) + len(group.names)
+    return sizes
+
+
+def node_address(deployment: Deployment, pool: str, node: int) -> str:
+    """The stable DNS name of a pool's node (1: its first) in LWS's group 0: never a pod IP."""
+    lws = pool_names(deployment)[pool]
+    return f"{lws}-0.{lws}" if node == 1 else f"{lws}-0-{node - 1}.{lws}"
+
+
+def table_of(deployment: Deployment, group: ProcessGroup) -> Table:
+    """The setting values of one group: for a pool's node, its own address is its pod's and the pool's first
+    node is the LWS leader; for the router, each pool node is its stable DNS name, and it listens on its pod's
+    address at the port its Service targets."""
+    if deployment.deploy_type != "pd_cluster":
+        return DEFAULT
+    values = dict(SETTING_VALUES)
+    sizes = pool_sizes(deployment)
+    for pool, size in sizes.items():
+        values[f"{pool.upper()}_DP_RPC_PORT"] = PodValue(f"$({pool.upper()}_DP_RPC_PORT)", config=True)
+        for node in range(1, size + 1):
+            key = f"{pool.upper()}_NODE_{node}"
+            if group.pool is None:
+                values[key] = PodValue(node_address(deployment, pool, node))
+            elif pool == group.pool and group.indices == (node - 1,):
+                values[key] = POD_ADDRESS
+            elif pool == group.pool and node == 1:
+                values[key] = SETTING_VALUES["HEAD_IP"]  # $(LWS_LEADER_ADDRESS): the pool's first node
+    if group.pool is None:
+        values["ROUTER_HOST"] = POD_ADDRESS
+        values["ROUTER_PORT"] = PodValue(str(group.spec.port))  # the port its Service targets
+    return Table(values, group.pool.upper() if group.pool else None)
+
+
+def _pd_objects(deployment: Deployment, name: str, labels: dict[str, str], where: str) -> list[Manifest]:
+    if not deployable(deployment):
+        raise InputError(
+            f"{where}: the router is not locked, and a pod needs its image (compose takes it from "
+            "$VLLM_ROUTER_IMAGE)",
+            field="router",
+            hint="run `factory lock` (it locks vllm-router beside vLLM)",
+        )
+    found: list[Manifest] = []
+    config = _config_map(deployment, name, labels)
+    found += [config] if config else []
+    for pool, lws in pool_names(deployment).items():
+        groups = [group for group in deployment.run if group.pool == pool]
+        leader, workers = groups[0], groups[1:]
+        if len(workers) > 1 or leader.indices != (0,):
+            raise InputError(
+                f"{where}: {pool} nodes that do not share one spec", field="run", value=len(workers)
+            )
+        pool_labels = {**labels, NAME_LABEL: lws}
+        template: Manifest = {
+            "size": pool_sizes(deployment)[pool],
+            "restartPolicy": "RecreateGroupOnPodRestart",
+            "leaderTemplate": _pool_pod(deployment, leader, pool_labels, f"{where} {pool}"),
+        }
+        if workers:
+            template["workerTemplate"] = _pool_pod(deployment, workers[0], pool_labels, f"{where} {pool}")
+        found.append(
+            {
+                "apiVersion": LWS_API,
+                "kind": "LeaderWorkerSet",
+                "metadata": {"name": lws, "labels": pool_labels},
+                "spec": {"replicas": 1, "startupPolicy": "LeaderCreated", "leaderWorkerTemplate": template},
+            }
+        )
+    router = next(group for group in deployment.run if group.spec.program == "vllm-router")
+    router_name = object_name(deployment, ROUTER)
+    router_labels = {**labels, NAME_LABEL: router_name}
+    pod = pod_template(deployment, router.spec, router_labels, f"{where} router", table_of(deployment, router))
+    found.append(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": router_name, "labels": router_labels},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {NAME_LABEL: router_name}}, "template": pod},
+        }
+    )
+    found.append(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {
+                "selector": {NAME_LABEL: router_name},
+                "ports": [{"name": "http", "port": router.spec.port, "targetPort": "http"}],
+            },
+        }
+    )
+    return found
+
+
+def _pool_pod(deployment: Deployment, group: ProcessGroup, labels: dict[str, str], where: str) -> Manifest:
+    return pod_template(deployment, group.spec, labels, where, table_of(deployment, group))
