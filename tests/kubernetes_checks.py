@@ -9,6 +9,7 @@ owns every LWS_* variable. Then how a kubelet expands a container's $(VAR)s, for
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable, Iterator, Mapping
 from functools import cache
@@ -147,8 +148,9 @@ def pod_templates(obj: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, Any]]
         yield "node", obj["spec"]["template"]
     elif obj["kind"] == "LeaderWorkerSet":
         template = obj["spec"]["leaderWorkerTemplate"]
-        yield "leader", template["leaderTemplate"]
-        if "workerTemplate" in template:
+        # without a leaderTemplate the leader runs the workerTemplate (the only pod of a size-1 group)
+        yield "leader", template.get("leaderTemplate", template["workerTemplate"])
+        if "leaderTemplate" in template and template["size"] > 1:
             yield "worker", template["workerTemplate"]
 
 
@@ -269,3 +271,50 @@ def container_environment(
             continue
         env[entry["name"]] = value
     return env
+
+
+# --- addresses: each process binds its pod's address, the PD router reaches pools by stable names ------
+
+ROUTER_POOL_FLAGS = ("--prefill", "--decode")
+BOUND_VARIABLES = ("VLLM_NIXL_SIDE_CHANNEL_HOST",)
+URL_HOST = re.compile(r"^https?://(?P<host>[^:/]+)(?::\d+)?/?$")
+
+
+def _pod_address_vars(container: Mapping[str, Any]) -> set[str]:
+    return {
+        e["name"]
+        for e in container.get("env", [])
+        if e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "status.podIP"
+    }
+
+
+def address_problems(objects: list[Mapping[str, Any]]) -> list[str]:
+    """What would not reach, or not be reached: a process that binds (--host, NIXL's side channel) other than
+    its pod's address from the downward API (loopback serves no other pod, a fixed IP is another pod's); a PD
+    router pointed at anything but a stable DNS name an LWS of the manifest gives one of its pods
+    (`<lws>-0` its leader, `<lws>-0-<i>` its other nodes, under its headless Service `<lws>`)."""
+    stable = set()
+    for obj in objects:
+        if obj["kind"] == "LeaderWorkerSet":
+            name, size = obj["metadata"]["name"], obj["spec"]["leaderWorkerTemplate"]["size"]
+            stable |= {f"{name}-0.{name}"} | {f"{name}-0-{i}.{name}" for i in range(1, size)}
+    problems: list[str] = []
+    for obj in objects:
+        if obj["kind"] not in ("Deployment", "LeaderWorkerSet"):
+            continue
+        for role, template in pod_templates(obj):
+            where = f"{obj['metadata']['name']} {role}"
+            for container in template["spec"]["containers"]:
+                own = {f"$({var})" for var in _pod_address_vars(container)}
+                args = container.get("args", [])
+                for flag, value in itertools.pairwise(args):
+                    if flag == "--host" and value not in own:
+                        problems.append(f"{where}: binds {value}, not its pod's address (status.podIP)")
+                    if flag in ROUTER_POOL_FLAGS:
+                        match = URL_HOST.match(value)
+                        if match is None or match["host"] not in stable:
+                            problems.append(f"{where}: {flag} {value} is not a stable name of a pool's pod")
+                for e in container.get("env", []):
+                    if e["name"] in BOUND_VARIABLES and e.get("value") not in own:
+                        problems.append(f"{where}: {e['name']} is not its pod's address (status.podIP)")
+    return problems

@@ -20,11 +20,13 @@ import yaml
 
 from factory.blueprint import plan_recipe
 from factory.errors import InputError
-from factory.plan.models import Deployment
+from factory.plan.models import Deployment, NodeRole
 from factory.project import Project, load_project
 from factory.render import compose, kubernetes
+from factory.router.image import router_image
 from tests import kubernetes_checks as checks
 from tests.conftest import KIMI, ROOT, TINY, blueprint_of, run_factory
+from tests.test_router_image import pd_deployment
 
 K8S = ROOT / "k8s"
 
@@ -361,46 +363,62 @@ def pod_run(
     return json.loads(result.stdout), env
 
 
-def parity_problems(deployment: Deployment, launcher: Path) -> list[str]:
-    """Every node of the deployment: the pod's argv and environment against its compose file's, each setting
-    given its pod value from kubernetes.SETTING_VALUES."""
-    documents = kubernetes.objects(deployment)
-    name = kubernetes.object_name(deployment)
-    config = {doc["metadata"]["name"]: doc["data"] for doc in documents if doc["kind"] == "ConfigMap"}
-    workload = documents[-2]
+def _pod_of(
+    deployment: Deployment, documents: list[dict[str, Any]], role: NodeRole
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """(pod template, what LWS's webhook injects) of the process `role`: the node's Deployment, its LWS's
+    leader or worker (a PD pool's LWS is named by its pool), or the PD router's Deployment."""
+    if role.program == "vllm-router":
+        name = kubernetes.object_name(deployment, kubernetes.ROUTER)
+    elif role.pool:
+        name = kubernetes.pool_names(deployment)[role.pool]
+    else:
+        name = kubernetes.object_name(deployment)
+    workload = next(d for d in documents if d["metadata"]["name"] == name and d["kind"] != "Service")
     templates = dict(checks.pod_templates(workload))
+    if workload["kind"] != "LeaderWorkerSet":
+        return templates["node"], {}
+    injected = {
+        "LWS_LEADER_ADDRESS": f"{name}-0.{name}.default",
+        "LWS_GROUP_SIZE": str(workload["spec"]["leaderWorkerTemplate"]["size"]),
+        "LWS_WORKER_INDEX": str(role.rank),
+    }
+    return templates["leader" if role.rank == 0 else "worker"], injected
+
+
+def parity_problems(deployment: Deployment, launcher: Path) -> list[str]:
+    """Every process of the deployment: the pod's argv and environment against its compose file's, each
+    setting given its pod value from the one table (kubernetes.SETTING_VALUES; for a PD process,
+    kubernetes.table_of, which adds its pool addresses)."""
+    documents = kubernetes.objects(deployment)
+    config = {doc["metadata"]["name"]: doc["data"] for doc in documents if doc["kind"] == "ConfigMap"}
     secrets = {s.env for group in deployment.run for s in group.spec.secrets}
     problems: list[str] = []
     for role in deployment.roles:
-        index = role.rank
-        pod_ip = f"10.0.0.{index + 10}"
-        injected = (
-            {
-                "LWS_LEADER_ADDRESS": f"{name}-0.{name}.default",
-                "LWS_GROUP_SIZE": str(deployment.nodes),
-                "LWS_WORKER_INDEX": str(index),
-            }
-            if workload["kind"] == "LeaderWorkerSet"
-            else {}
-        )
-        template = (
-            templates["node"] if "node" in templates else templates["leader" if index == 0 else "worker"]
-        )
+        pod_ip = f"10.0.0.{role.rank + 10}"
+        template, injected = _pod_of(deployment, documents, role)
         argv, env = pod_run(template, injected, pod_ip, config, launcher)
-        # the one table: each compose setting's pod value, evaluated in this pod
-        values = {
-            setting: checks.expand(pod.text, env.get) for setting, pod in kubernetes.SETTING_VALUES.items()
-        }
-        service = yaml.safe_load(compose.render(deployment, role))["services"]["vllm"]
+        group = next(g for g in deployment.run if role.name in g.names)
+        table = kubernetes.table_of(deployment, group)
+        values = {setting: checks.expand(pod.text, env.get) for setting, pod in table.values.items()}
+        services = yaml.safe_load(compose.render(deployment, role))["services"]
+        (service,) = services.values()
         expected = [compose_interpolate(arg, values) for arg in service["command"]]
         if argv != expected:
             problems.append(
                 f"{deployment.image.reference} {deployment.strategy} {role.name}: {argv} != {expected}"
             )
         compose_env = {
-            k: compose_interpolate(v, values) for k, v in service["environment"].items() if k not in secrets
+            k: compose_interpolate(v, values)
+            for k, v in service.get("environment", {}).items()
+            if k not in secrets
         }
-        setting_vars = {kubernetes.POD_IP, *kubernetes.SETTING_VALUES}
+        if table.own_pool:  # an address vLLM binds on its own node: the pod's, whichever node compose names
+            bound = checks.expand(kubernetes.POD_ADDRESS.text, env.get)
+            compose_env |= {k: bound for k in kubernetes.BOUND_ENV if k in compose_env}
+        if "resources" in template["spec"]["containers"][0]:  # the device plugin numbers the pod's GPUs
+            compose_env = {k: v for k, v in compose_env.items() if k not in kubernetes.DEVICE_ENV}
+        setting_vars = {kubernetes.POD_IP, *table.values}
         pod_env = {
             k: v for k, v in env.items() if k not in injected and k not in setting_vars and k not in secrets
         }
@@ -459,6 +477,174 @@ def test_hostile_recipe_values_reach_vllm_as_text_never_as_shell(
     assert argv[-len(hostile) :] == hostile
     assert argv[argv.index("--data-parallel-start-rank") + 1] == "8"
     assert not marker.exists()
+
+
+# --- prefill/decode: a LeaderWorkerSet per pool, the router's Deployment and Service ---------------------
+
+
+@pytest.fixture(scope="module")
+def pd(project: Project) -> Deployment:
+    """The upstream-schema fixture's pd_cluster deployment: a prefill and a decode pool, and the router."""
+    return pd_deployment(project)
+
+
+def test_a_pd_deployment_is_an_lws_per_pool_and_the_router_behind_the_service(
+    project: Project, pd: Deployment
+) -> None:
+    documents = kubernetes.objects(pd)
+    pools = kubernetes.pool_names(pd)
+    lws = {d["metadata"]["name"]: d for d in documents if d["kind"] == "LeaderWorkerSet"}
+    assert set(lws) == set(pools.values()) and set(pools) == {"prefill", "decode"}
+    router = _kind(documents, "Deployment")
+    pod = router["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    image = router_image(project)
+    assert image is not None and container["image"] == image.reference, "the locked router image"
+    assert pod["nodeSelector"] == {"kubernetes.io/arch": "amd64"}, "the router image's platform"
+    # the router reaches each pool's first node by the DNS name LWS gives its leader: never a pod IP
+    args = container["args"]
+    assert args[args.index("--prefill") + 1] == f"http://{pools['prefill']}-0.{pools['prefill']}:8001"
+    assert args[args.index("--decode") + 1] == f"http://{pools['decode']}-0.{pools['decode']}:8002"
+    assert args[args.index("--host") + 1] == "$(POD_IP)"
+    service = _kind(documents, "Service")
+    assert service["spec"]["selector"] == router["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["ports"][0]["port"] == 8000
+    for one in lws.values():
+        leader = dict(checks.pod_templates(one))["leader"]["spec"]["containers"][0]
+        env = {e["name"]: e for e in leader["env"]}
+        assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+        assert leader["resources"] == {"limits": {"nvidia.com/gpu": 8}}
+        # compose splits or names the node's GPUs; a pod sees only its own, numbered from 0
+        assert "CUDA_VISIBLE_DEVICES" not in env
+    assert checks.address_problems(documents) == []
+
+
+def test_the_nixl_side_channel_host_is_the_pods_address_from_the_downward_api(
+    pd: Deployment, launcher: Path
+) -> None:
+    """As upstream's pd_cluster strategy writes it ($PREFILL_NODE_1 on the pool's node): status.podIP."""
+    groups = []
+    for group in pd.run:
+        extra = (("VLLM_NIXL_SIDE_CHANNEL_HOST", f"${group.pool.upper()}_NODE_1"),) if group.pool else ()
+        groups.append(
+            group.model_copy(
+                update={"spec": group.spec.model_copy(update={"env": (*group.spec.env, *extra)})}
+            )
+        )
+    nixl = pd.model_copy(update={"run": tuple(groups)})
+    documents = kubernetes.objects(nixl)
+    for lws in (d for d in documents if d["kind"] == "LeaderWorkerSet"):
+        container = dict(checks.pod_templates(lws))["leader"]["spec"]["containers"][0]
+        env = {e["name"]: e for e in container["env"]}
+        assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == {
+            "name": "VLLM_NIXL_SIDE_CHANNEL_HOST",
+            "value": "$(POD_IP)",
+        }
+        assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert checks.address_problems(documents) == []
+    assert parity_problems(nixl, launcher) == []
+
+
+def test_each_pd_pod_runs_the_compose_command_of_its_process(pd: Deployment, launcher: Path) -> None:
+    assert {role.name for role in pd.roles} == {"prefill", "decode", "router"}
+    assert parity_problems(pd, launcher) == []
+
+
+def test_pd_manifests_validate_against_every_lws_release_kubernetes_and_kustomize(
+    pd: Deployment, tmp_path: Path
+) -> None:
+    documents = kubernetes.objects(pd)
+    assert [d for d in yaml.safe_load_all(kubernetes.render(pd)) if d] == documents
+    for doc in documents:
+        for version in (checks.KUBERNETES_VERSIONS[0], checks.KUBERNETES_VERSIONS[-1]):
+            assert checks.core_problems(doc, version) == [], (version, doc["metadata"]["name"])
+        assert checks.lws_variables_set(doc) == []
+        assert checks.secrets_as_values(doc, {"HF_TOKEN"}) == []
+        if doc["kind"] == "LeaderWorkerSet":
+            for release in checks.LWS_RELEASES:
+                assert checks.schema_problems(doc, release) == [], release
+            assert checks.webhook_problems(doc) == []
+    (tmp_path / "manifest.yaml").write_text(kubernetes.render(pd))
+    (tmp_path / "kustomization.yaml").write_text(kubernetes.kustomization(pd))
+    result = subprocess.run(
+        [_kubectl(), "kustomize", str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    rendered = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+    assert len(rendered) == len(documents)
+    images = {
+        c["image"] for d in rendered for _, t in checks.pod_templates(d) for c in t["spec"]["containers"]
+    }
+    assert images == {pd.image.reference, pd.run[-1].spec.image}, "kustomize `images:` names both"
+
+
+@pytest.mark.parametrize(
+    ("mistake", "expected"),
+    [
+        # the router pointed at a pod's IP: a restarted pod comes back with another
+        (lambda args: args.__setitem__(args.index("--prefill") + 1, "http://10.0.0.12:8001"), "--prefill"),
+        # a pool node LWS does not have (the pool has one node)
+        (
+            lambda args: args.__setitem__(
+                args.index("--decode") + 1, args[args.index("--decode") + 1].replace("-0.", "-0-1.")
+            ),
+            "--decode",
+        ),
+    ],
+)
+def test_a_router_not_pointed_at_a_stable_pool_name_fails_its_check(
+    pd: Deployment, mistake: Any, expected: str
+) -> None:
+    documents = copy.deepcopy(kubernetes.objects(pd))
+    mistake(_kind(documents, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"])
+    problems = checks.address_problems(documents)
+    assert len(problems) == 1 and expected in problems[0], problems
+
+
+@pytest.mark.parametrize("value", ["127.0.0.1", "10.0.0.12", "$(LWS_LEADER_ADDRESS)"])
+def test_a_pool_process_bound_to_other_than_its_pod_address_fails_its_check(
+    pd: Deployment, value: str
+) -> None:
+    documents = copy.deepcopy(kubernetes.objects(pd))
+    lws = _kind(documents, "LeaderWorkerSet")
+    container = dict(checks.pod_templates(lws))["leader"]["spec"]["containers"][0]
+    container["args"][container["args"].index("--host") + 1] = value
+    assert any("binds " + value in p for p in checks.address_problems(documents))
+    nixl = next(e for e in container["env"] if e["name"] == "VLLM_NIXL_SIDE_CHANNEL_HOST")
+    nixl["value"] = value
+    assert any("VLLM_NIXL_SIDE_CHANNEL_HOST" in p for p in checks.address_problems(documents))
+
+
+def test_a_pd_deployment_whose_router_is_not_locked_is_refused_naming_the_fix(pd: Deployment) -> None:
+    router = pd.run[-1]
+    unlocked = router.model_copy(
+        update={"spec": router.spec.model_copy(update={"image": "$VLLM_ROUTER_IMAGE"})}
+    )
+    broken = pd.model_copy(update={"run": (*pd.run[:-1], unlocked)})
+    assert not kubernetes.deployable(broken) and kubernetes.deployable(pd)
+    with pytest.raises(InputError, match="factory lock"):
+        kubernetes.objects(broken)
+
+
+def test_show_prints_a_pd_deployment_as_manifests(pd: Deployment) -> None:
+    fixture = ROOT / "tests" / "fixtures" / "upstream-schema"
+    result = run_factory(
+        ROOT,
+        "show",
+        pd.image.model_id,
+        "--hardware",
+        pd.image.hardware,
+        "--strategy",
+        "pd_cluster",
+        "--format",
+        "k8s",
+        "--recipes",
+        str(fixture),
+        "--lock",
+        str(ROOT / "recipes" / "lock" / "vllm.lock.json"),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == kubernetes.render(pd)
 
 
 # --- the shared corpus ------------------------------------------------------------------------------------

@@ -82,7 +82,8 @@ class Table:
     """The setting values of one process group: SETTING_VALUES, and for a PD process its pool addresses."""
 
     values: dict[str, PodValue]
-    own_pool: str | None = None  # a PD pool process: its own address (a FromIndex, a bound variable) is its pod's
+    # a PD pool process's pool: its own address (a FromIndex, a bound variable) is its pod's
+    own_pool: str | None = None
 
 
 DEFAULT = Table(SETTING_VALUES)
@@ -97,8 +98,8 @@ SECURITY_OPTIONS = {
     "apparmor=unconfined": ("appArmorProfile", {"type": "Unconfined"}),
 }
 ARCHITECTURES = {"linux/amd64": "amd64", "linux/arm64": "arm64"}
-# Variables a pod given a GPU resource leaves out: the device plugin gives it its own GPUs, numbered from 0, so
-# the node's numbering compose splits a node's GPUs by (a PD pool's "4,5,6,7") names GPUs the pod does not have.
+# Variables a pod given a GPU resource leaves out: the device plugin gives it its own GPUs, numbered from 0,
+# so the node's numbering compose splits a node's GPUs by (a PD pool's "4,5,6,7") names GPUs it has not.
 DEVICE_ENV = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 
 # Run spec fields Kubernetes manifests cannot express, and why (a test keeps this list complete).
@@ -535,13 +536,17 @@ def _pd_objects(deployment: Deployment, name: str, labels: dict[str, str], where
                 f"{where}: {pool} nodes that do not share one spec", field="run", value=len(workers)
             )
         pool_labels = {**labels, NAME_LABEL: lws}
+        first = _pool_pod(deployment, leader, pool_labels, f"{where} {pool}")
         template: Manifest = {
             "size": pool_sizes(deployment)[pool],
             "restartPolicy": "RecreateGroupOnPodRestart",
-            "leaderTemplate": _pool_pod(deployment, leader, pool_labels, f"{where} {pool}"),
         }
+        # workerTemplate is required; without a leaderTemplate LWS runs it on the leader (a one-node pool)
         if workers:
+            template["leaderTemplate"] = first
             template["workerTemplate"] = _pool_pod(deployment, workers[0], pool_labels, f"{where} {pool}")
+        else:
+            template["workerTemplate"] = first
         found.append(
             {
                 "apiVersion": LWS_API,
@@ -553,7 +558,8 @@ def _pd_objects(deployment: Deployment, name: str, labels: dict[str, str], where
     router = next(group for group in deployment.run if group.spec.program == "vllm-router")
     router_name = object_name(deployment, ROUTER)
     router_labels = {**labels, NAME_LABEL: router_name}
-    pod = pod_template(deployment, router.spec, router_labels, f"{where} router", table_of(deployment, router))
+    table = table_of(deployment, router)
+    pod = pod_template(deployment, router.spec, router_labels, f"{where} router", table)
     found.append(
         {
             "apiVersion": "apps/v1",
