@@ -277,6 +277,7 @@ def container_environment(
 
 ROUTER_POOL_FLAGS = ("--prefill", "--decode")
 BOUND_VARIABLES = ("VLLM_NIXL_SIDE_CHANNEL_HOST",)
+WILDCARDS = {"0.0.0.0", "::"}  # every interface of the pod: its address among them (a recipe's own --host)
 URL_HOST = re.compile(r"^https?://(?P<host>[^:/]+)(?::\d+)?/?$")
 
 
@@ -290,7 +291,8 @@ def _pod_address_vars(container: Mapping[str, Any]) -> set[str]:
 
 def address_problems(objects: list[Mapping[str, Any]]) -> list[str]:
     """What would not reach, or not be reached: a process that binds (--host, NIXL's side channel) other than
-    its pod's address from the downward API (loopback serves no other pod, a fixed IP is another pod's); a PD
+    its pod's address from the downward API (loopback serves no other pod, a fixed IP is another pod's; a
+    --host of every interface includes it, an advertised side-channel host must be it); a PD
     router pointed at anything but a stable DNS name an LWS of the manifest gives one of its pods
     (`<lws>-0` its leader, `<lws>-0-<i>` its other nodes, under its headless Service `<lws>`)."""
     stable = set()
@@ -308,7 +310,7 @@ def address_problems(objects: list[Mapping[str, Any]]) -> list[str]:
                 own = {f"$({var})" for var in _pod_address_vars(container)}
                 args = container.get("args", [])
                 for flag, value in itertools.pairwise(args):
-                    if flag == "--host" and value not in own:
+                    if flag == "--host" and value not in own | WILDCARDS:
                         problems.append(f"{where}: binds {value}, not its pod's address (status.podIP)")
                     if flag in ROUTER_POOL_FLAGS:
                         match = URL_HOST.match(value)

@@ -399,7 +399,7 @@ def parity_problems(deployment: Deployment, launcher: Path) -> list[str]:
         template, injected = _pod_of(deployment, documents, role)
         argv, env = pod_run(template, injected, pod_ip, config, launcher)
         group = next(g for g in deployment.run if role.name in g.names)
-        table = kubernetes.table_of(deployment, group)
+        table = kubernetes.table_of(deployment, group, role.rank)
         values = {setting: checks.expand(pod.text, env.get) for setting, pod in table.values.items()}
         services = yaml.safe_load(compose.render(deployment, role))["services"]
         (service,) = services.values()
@@ -610,8 +610,9 @@ def test_a_pool_process_bound_to_other_than_its_pod_address_fails_its_check(
     container = dict(checks.pod_templates(lws))["leader"]["spec"]["containers"][0]
     container["args"][container["args"].index("--host") + 1] = value
     assert any("binds " + value in p for p in checks.address_problems(documents))
-    nixl = next(e for e in container["env"] if e["name"] == "VLLM_NIXL_SIDE_CHANNEL_HOST")
-    nixl["value"] = value
+    container["args"][container["args"].index("--host") + 1] = "$(POD_IP)"
+    assert checks.address_problems(documents) == []
+    container["env"].append({"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "value": value})  # as upstream sets it
     assert any("VLLM_NIXL_SIDE_CHANNEL_HOST" in p for p in checks.address_problems(documents))
 
 
@@ -658,15 +659,25 @@ def test_every_upstream_deployment_validates_and_runs_its_compose_command(
         if os.environ.get("FACTORY_REQUIRE_UPSTREAM"):
             pytest.fail("FACTORY_UPSTREAM_RECIPES is not set to an existing path")
         pytest.skip("FACTORY_UPSTREAM_RECIPES is not set: the upstream corpus is not here")
-    corpus = load_project(ROOT, Path(upstream), tmp_path)
+    # the project's lock beside the corpus: its router lock gives the PD router's pods their image
+    corpus = load_project(ROOT, Path(upstream), tmp_path, lock=ROOT / "recipes" / "lock" / "vllm.lock.json")
     problems: list[str] = []
-    counts = {"single_node": 0, "multi_node": 0, "skipped": 0, "lws": 0}
+    counts = {
+        "single_node": 0,
+        "multi_node": 0,
+        "pd_cluster": 0,
+        "multi_node_pools": 0,
+        "skipped": 0,
+        "lws": 0,
+    }
     for deployment in _deployments(corpus):
         if not kubernetes.deployable(deployment):
             counts["skipped"] += 1
             continue
         counts[deployment.deploy_type] += 1
+        counts["multi_node_pools"] += any(v > 1 for v in kubernetes.pool_sizes(deployment).values())
         problems += parity_problems(deployment, launcher)
+        problems += checks.address_problems(kubernetes.objects(deployment))
         text = kubernetes.render(deployment)
         if [d for d in yaml.safe_load_all(text) if d] != kubernetes.objects(deployment):
             problems.append(
@@ -681,6 +692,7 @@ def test_every_upstream_deployment_validates_and_runs_its_compose_command(
     print(counts)
     assert problems == []
     assert counts["multi_node"] > 1000 and counts["single_node"] > 1000
+    assert counts["pd_cluster"] > 400 and counts["multi_node_pools"] > 50 and counts["skipped"] == 0
 
 
 def test_show_prints_the_committed_manifest(project: Project) -> None:

@@ -493,10 +493,12 @@ def node_address(deployment: Deployment, pool: str, node: int) -> str:
     return f"{lws}-0.{lws}" if node == 1 else f"{lws}-0-{node - 1}.{lws}"
 
 
-def table_of(deployment: Deployment, group: ProcessGroup) -> Table:
-    """The setting values of one group: for a pool's node, its own address is its pod's and the pool's first
-    node is the LWS leader; for the router, each pool node is its stable DNS name, and it listens on its pod's
-    address at the port its Service targets."""
+def table_of(deployment: Deployment, group: ProcessGroup, index: int | None = None) -> Table:
+    """The setting values of one group (of its node at `index`, as compose names that node's own address):
+    for a pool's node, its own address is its pod's and the pool's first node is the LWS leader; for the
+    router, each pool node is its stable DNS name, and it listens on its pod's address at the port its Service
+    targets."""
+    own = (index,) if index is not None else group.indices
     if deployment.deploy_type != "pd_cluster":
         return DEFAULT
     values = dict(SETTING_VALUES)
@@ -507,7 +509,7 @@ def table_of(deployment: Deployment, group: ProcessGroup) -> Table:
             key = f"{pool.upper()}_NODE_{node}"
             if group.pool is None:
                 values[key] = PodValue(node_address(deployment, pool, node))
-            elif pool == group.pool and group.indices == (node - 1,):
+            elif pool == group.pool and own == (node - 1,):
                 values[key] = POD_ADDRESS
             elif pool == group.pool and node == 1:
                 values[key] = SETTING_VALUES["HEAD_IP"]  # $(LWS_LEADER_ADDRESS): the pool's first node
