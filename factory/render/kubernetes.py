@@ -78,6 +78,9 @@ SECURITY_OPTIONS = {
     "apparmor=unconfined": ("appArmorProfile", {"type": "Unconfined"}),
 }
 ARCHITECTURES = {"linux/amd64": "amd64", "linux/arm64": "arm64"}
+# The kustomize Component every kustomization includes: it names each published image by registry and
+# digest (printed by render/published_images.py from the publish record). "_" starts no image slug.
+IMAGES_COMPONENT = PurePosixPath(ROOT) / "_published"
 
 # Run spec fields Kubernetes manifests cannot express, and why (a test keeps this list complete).
 CANNOT_EXPRESS = {
@@ -382,15 +385,18 @@ def render(deployment: Deployment) -> str:
 
 
 def kustomization(deployment: Deployment) -> str:
-    """kustomization.yaml: the manifest, its image (a kustomize `images:` entry to pin a mirror or a
-    digest), and the settings a user changes with a patch of the ConfigMap."""
+    """kustomization.yaml: the manifest, the component that pins published images by digest, its image (a
+    kustomize `images:` entry to point at a mirror), and the settings a user changes with a patch of the
+    ConfigMap."""
     repository, _, tag = deployment.run[0].spec.image.rpartition(":")
+    up = PurePosixPath(*[".."] * (len(directory(deployment).parts) - 1))  # back to k8s/
     notes = [f"#   {n}: {setting(n).why}" for n in settings_used(deployment)]
     settings = ["# Settings (ConfigMap <name>-settings, change them with a patch):", *notes] if notes else []
     body = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         "resources": ["manifest.yaml"],
+        "components": [(up / IMAGES_COMPONENT.name).as_posix()],
         "images": [{"name": repository, "newTag": tag}],
     }
     secrets = deployment.run[0].spec.secrets
