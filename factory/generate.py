@@ -130,7 +130,10 @@ def _published_images(project: Project, targets: list[BakeTarget]) -> OutputFile
     """The kustomize component pinning published images: read from the record on every run (one small
     file), so a publish shows in the manifests without planning any recipe again."""
     path = record_file(project.lock_path)
-    return published_images.component(read_record(path), targets, project.relative(path))
+    out = project.out.resolve()
+    # Named from the output folder where it lives there (a --recipes tree's lock/), never by machine path.
+    source = path.resolve().relative_to(out).as_posix() if path.resolve().is_relative_to(out) else None
+    return published_images.component(read_record(path), targets, source or project.relative(path))
 
 
 def lock_problems(project: Project) -> list[str]:
