@@ -24,7 +24,7 @@ from factory.plan.models import ImagePlan
 from factory.project import load_project
 from factory.publish.publisher import Published, record_publish
 from factory.publish.pusher import push
-from factory.publish.registry import Credentials
+from factory.publish.registry import Credentials, manifest_digest
 from factory.render import kubernetes
 from tests.conftest import KIMI, ROOT, TINY, blueprint_of, run_factory
 from tests.registry import LocalRegistry
@@ -176,3 +176,46 @@ def test_a_bad_record_is_an_error_naming_the_file_the_field_and_the_value(scratc
     assert result.returncode != 0
     assert "published.json" in result.stderr
     assert f"images.{image.reference}.digest" in result.stderr and "sha256:not-a-digest" in result.stderr
+
+
+@pytest.mark.e2e
+@pytest.mark.docker
+def test_factory_publish_records_the_push_and_generate_pins_the_manifests_to_it(
+    scratch: Path,
+    registry: LocalRegistry,
+    tiny_built: Any,
+    docker_client: docker.DockerClient,
+    untag: list[str],
+) -> None:
+    """The commands a user runs: `factory publish` (the image built here, pushed for real), then
+    `factory generate`; the record names what the registry serves, and the manifests run it."""
+    image, one_node = folder_of(scratch, TINY, "cpu", "single_node_tp")
+    env = {"FACTORY_REGISTRY_USER": registry.user, "FACTORY_REGISTRY_PASSWORD": registry.password}
+    untag += [f"{registry.address}/{image.reference}", f"{registry.address}/{image.immutable_reference}"]
+    published = run_factory(
+        scratch,
+        "publish",
+        TINY,
+        "--hardware",
+        "cpu",
+        "--registry",
+        registry.address,
+        "--force-unvalidated",  # validation is tested elsewhere; here, what publish records
+        "--reports",
+        str(scratch / "reports"),
+        env=env,
+    )
+    assert published.returncode == 0, published.stderr[-2000:]
+    record = record_file(load_project(scratch).lock_path)
+    assert f"recorded in {record}" in published.stdout
+    entry = json.loads(record.read_text())["images"][image.reference]
+    served = manifest_digest(
+        registry.address, image.repository, image.tag, Credentials(registry.user, registry.password)
+    )
+    assert entry == {
+        "repository": f"{registry.address}/{image.repository}",
+        "digest": served,
+        "immutable_tag": image.immutable_tag,
+    }
+    assert run_factory(scratch, "generate").returncode == 0
+    assert images_rendered(one_node) == [f"{registry.address}/{image.repository}@{served}"]
