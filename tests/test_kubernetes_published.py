@@ -219,3 +219,15 @@ def test_factory_publish_records_the_push_and_generate_pins_the_manifests_to_it(
     }
     assert run_factory(scratch, "generate").returncode == 0
     assert images_rendered(one_node) == [f"{registry.address}/{image.repository}@{served}"]
+
+
+def test_a_record_key_that_is_not_an_image_reference_is_refused(scratch: Path) -> None:
+    """The key is printed into the generated component: a newline there would be YAML of the record's."""
+    image = blueprint_of(load_project(scratch), TINY, "cpu").image
+    record = record_file(load_project(scratch).lock_path)
+    hostile = f"{image.reference}\nimages: []\n#"
+    for key in (hostile, image.repository):
+        record.write_text(json.dumps({"images": {key: _entry(image).model_dump()}}))
+        result = run_factory(scratch, "generate")
+        assert result.returncode != 0 and "not an image reference with a tag" in result.stderr, key
+        assert "published.json" in result.stderr

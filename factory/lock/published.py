@@ -10,6 +10,7 @@ inputs since is not pinned by it.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from pydantic import Field
@@ -24,6 +25,8 @@ COMMENT = "written by `factory publish`: what it pushed, by image reference; rea
 # Docker's reference grammar, loosely: a registry host (a port, a namespace), then the repository's path.
 REPOSITORY = r"^[a-z0-9]([a-z0-9._:-]*[a-z0-9])?(/[a-z0-9]+([._-]+[a-z0-9]+)*)+$"
 TAG = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$"
+# An image as the factory names it, repo:tag (vllm-factory/<slug>:<tag>): the record's keys.
+REFERENCE = re.compile(r"^[a-z0-9]+([._-]+[a-z0-9]+)*(/[a-z0-9]+([._-]+[a-z0-9]+)*)*:" + TAG[1:])
 
 
 class PublishedImage(Strict):
@@ -61,14 +64,13 @@ def read_record(path: Path) -> PublishRecord:
         ) from None
     record = parse_model(PublishRecord, data, path)
     for reference in record.images:
-        repository, _, tag = reference.rpartition(":")
-        if not repository or "/" in tag:
+        if not REFERENCE.match(reference):  # printed into generated YAML: nothing else may get there
             raise InputError(
-                "an image reference needs a tag",
+                "not an image reference with a tag",
                 file=path,
                 field="images",
                 value=reference,
-                valid=["REPO:TAG"],
+                valid=["vllm-factory/<name>:<tag>"],
             )
     return record
 
