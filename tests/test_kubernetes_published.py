@@ -226,7 +226,7 @@ def test_a_record_key_that_is_not_an_image_reference_is_refused(scratch: Path) -
     image = blueprint_of(load_project(scratch), TINY, "cpu").image
     record = record_file(load_project(scratch).lock_path)
     hostile = f"{image.reference}\nimages: []\n#"
-    for key in (hostile, image.repository):
+    for key in (hostile, f"{image.reference}\n", image.repository):
         record.write_text(json.dumps({"images": {key: _entry(image).model_dump()}}))
         result = run_factory(scratch, "generate")
         assert result.returncode != 0 and "not an image reference with a tag" in result.stderr, key

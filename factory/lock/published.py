@@ -64,7 +64,7 @@ def read_record(path: Path) -> PublishRecord:
         ) from None
     record = parse_model(PublishRecord, data, path)
     for reference in record.images:
-        if not REFERENCE.match(reference):  # printed into generated YAML: nothing else may get there
+        if not REFERENCE.fullmatch(reference):  # printed into generated YAML: nothing else may get there
             raise InputError(
                 "not an image reference with a tag",
                 file=path,
