@@ -14,6 +14,7 @@ from pathlib import Path, PurePosixPath
 
 from factory.blueprint import RecipePlan, plan_recipe
 from factory.errors import FactoryError
+from factory.lock.published import read_record, record_file
 from factory.lock.store import inputs_digest
 from factory.memory import (
     Remembered,
@@ -26,6 +27,7 @@ from factory.memory import (
 )
 from factory.project import Project
 from factory.recipes.loader import RecipeProblem
+from factory.render import published_images
 from factory.render.outputs import BakeTarget, OutputFile, bake_output
 from factory.router.image import router_bake_targets, router_files
 from factory.writer import stale_outputs, write_outputs
@@ -111,6 +113,7 @@ def generate(project: Project, check: bool = False, nodes: int | None = None) ->
     # The PD router's image (one for every pd_cluster deployment) is built beside the vLLM images.
     targets = [t for o in outputs.values() for t in o.bake] + router_bake_targets(project)
     shared_files = [bake_output(targets), _manifest_file(outputs), *router_files(project)]
+    shared_files.append(_published_images(project, targets))
     expected = {path for entry in entries.values() for path in entry.files} | set(kept)
     expected |= {file.path.as_posix() for file in shared_files}
     count = len(expected) - len(kept)
@@ -121,6 +124,16 @@ def generate(project: Project, check: bool = False, nodes: int | None = None) ->
     if planned or set(entries) != set(memory):
         write_memory(project.out, entries)
     return Generated(entries, problems, count, [], False, written, planned, kept)
+
+
+def _published_images(project: Project, targets: list[BakeTarget]) -> OutputFile:
+    """The kustomize component pinning published images: read from the record on every run (one small
+    file), so a publish shows in the manifests without planning any recipe again."""
+    path = record_file(project.lock_path)
+    out = project.out.resolve()
+    # Named from the output folder where it lives there (a --recipes tree's lock/), never by machine path.
+    source = path.resolve().relative_to(out).as_posix() if path.resolve().is_relative_to(out) else None
+    return published_images.component(read_record(path), targets, source or project.relative(path))
 
 
 def lock_problems(project: Project) -> list[str]:

@@ -17,6 +17,7 @@ import docker
 from docker.errors import DockerException
 
 from factory.blueprint import Blueprint, Blueprints
+from factory.matrix_kubernetes import KINDS, KubernetesCell, kubernetes_cell
 from factory.render.templating import environment
 from factory.reporter import Reporter, silent
 from factory.tools import hadolint_binary
@@ -51,6 +52,8 @@ class Cell:
 class Matrix:
     hardware: list[str]
     rows: dict[str, dict[str, Cell]] = field(default_factory=dict)  # "model (variant)" -> hardware -> cell
+    kubernetes: dict[str, KubernetesCell] = field(default_factory=dict)  # the manifests column, per row
+    kubernetes_checks: dict[str, str] = field(default_factory=dict)  # what CI checks, by Kubernetes kind
 
     def counts(self) -> dict[str, int]:
         found = [cell.level for row in self.rows.values() for cell in row.values()]
@@ -98,9 +101,13 @@ def coverage(
     client: docker.DockerClient | None,
     lint: Callable[[Path], str | None],
     report: Reporter = silent,
+    kubernetes_checks: dict[str, str] | None = None,
 ) -> Matrix:
+    """`kubernetes_checks`: what CI checks on this tree's manifests, per deploy type (matrix_kubernetes)."""
     hardware: list[str] = []
-    matrix = Matrix(hardware)
+    checks = kubernetes_checks or {}
+    matrix = Matrix(hardware, kubernetes_checks={KINDS[kind]: text for kind, text in checks.items()})
+    by_row: dict[str, list[Blueprint]] = {}
     total, done = len(blueprints.images), 0
     images = engine_images(client)
     for plan in blueprints.recipes:
@@ -118,10 +125,12 @@ def coverage(
             image = blueprint.image
             row = matrix.rows.setdefault(f"{image.model_id} ({image.variant})", {})
             row[image.hardware] = _cell(blueprint, root, reports, images, lint)
+            by_row.setdefault(f"{image.model_id} ({image.variant})", []).append(blueprint)
             _column(hardware, image.hardware)
             done += 1
             if done % 250 == 0 or done == total:
                 report(f"matrix: {done}/{total} images")
+    matrix.kubernetes = {row: kubernetes_cell(found, root, checks) for row, found in by_row.items()}
     return matrix
 
 

@@ -279,7 +279,7 @@ def _kubectl() -> str:
 
 def test_kubectl_kustomize_renders_every_kustomization_and_the_output_validates() -> None:
     kubectl = _kubectl()
-    folders = sorted(path.parent for path in K8S.rglob("kustomization.yaml"))
+    folders = sorted(path.parent for path in K8S.rglob("manifest.yaml"))  # each deployment's folder
     assert folders
     for folder in folders:
         result = subprocess.run(
@@ -297,11 +297,11 @@ def test_kubectl_kustomize_renders_every_kustomization_and_the_output_validates(
 def test_kustomize_images_repoints_every_pod_of_an_lws(tmp_path: Path) -> None:
     """A mirror or a published digest goes in the kustomization's `images:`: it reaches leader and workers."""
     folder = next(path.parent for path, _ in _committed() if "multi_node" in path.as_posix())
-    shutil.copytree(folder, tmp_path / "base")
-    kustomization = yaml.safe_load((tmp_path / "base" / "kustomization.yaml").read_text())
+    shutil.copytree(K8S, tmp_path / "k8s")  # with the component every kustomization includes
+    kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
     entry = kustomization["images"][0]
     overlay = {
-        "resources": ["../base"],
+        "resources": [f"../k8s/{folder.relative_to(K8S).as_posix()}"],
         "images": [{"name": entry["name"], "newName": "mirror.example/vllm", "digest": "sha256:" + "a" * 64}],
     }
     (tmp_path / "overlay").mkdir()

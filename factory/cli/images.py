@@ -103,10 +103,12 @@ def cmd_validate(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_publish(project: Project, args: argparse.Namespace) -> int:
-    from factory.publish.publisher import publish_image, write_publish_report
+    from factory.lock.published import record_file
+    from factory.publish.publisher import publish_image, record_publish, write_publish_report
     from factory.settings import registry_of
 
     registry = registry_of(project.root, args.registry)
+    record = record_file(project.lock_path)
     results = []
     for blueprint in _selected(project, args):
         published = publish_image(
@@ -119,7 +121,10 @@ def cmd_publish(project: Project, args: argparse.Namespace) -> int:
         )
         for item in published:
             say(f"published {item.reference} {item.digest} (attempts: {item.attempts})")
+        record_publish(blueprint.image, published, record)
         results += published
+    if results:
+        say(f"recorded in {record}: run `factory generate` to pin the Kubernetes manifests to the digests")
     write_publish_report(results, args.reports / "publish.json")
     return 0
 

@@ -12,6 +12,7 @@ from docker.errors import ImageNotFound
 from factory.engine import connect
 from factory.errors import DockerError, InputError, RefusedError
 from factory.files import write_text_atomic
+from factory.lock.published import PublishedImage, record_published
 from factory.plan.models import ImagePlan
 from factory.publish.pusher import push
 from factory.publish.registry import credentials_for, manifest_digest, split_registry
@@ -107,3 +108,12 @@ def publish_image(
 
 def write_publish_report(results: list[Published], path: Path) -> None:
     write_text_atomic(path, json.dumps([asdict(result) for result in results], indent=2) + "\n")
+
+
+def record_publish(image: ImagePlan, published: list[Published], path: Path) -> None:
+    """Note in the publish record (committed, read by `factory generate`) where the image now lives and
+    its digest, so the Kubernetes manifests run it by digest."""
+    readable = next(item for item in published if item.reference.endswith(f"/{image.reference}"))
+    repository = readable.reference.removesuffix(f":{image.tag}")
+    entry = PublishedImage(repository=repository, digest=readable.digest, immutable_tag=image.immutable_tag)
+    record_published(path, image.reference, entry)

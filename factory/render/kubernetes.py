@@ -101,6 +101,9 @@ ARCHITECTURES = {"linux/amd64": "amd64", "linux/arm64": "arm64"}
 # Variables a pod given a GPU resource leaves out: the device plugin gives it its own GPUs, numbered from 0,
 # so the node's numbering compose splits a node's GPUs by (a PD pool's "4,5,6,7") names GPUs it has not.
 DEVICE_ENV = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+# The kustomize Component every kustomization includes: it names each published image by registry and
+# digest (printed by render/published_images.py from the publish record). "_" starts no image slug.
+IMAGES_COMPONENT = PurePosixPath(ROOT) / "_published"
 
 # Run spec fields Kubernetes manifests cannot express, and why (a test keeps this list complete).
 CANNOT_EXPRESS = {
@@ -434,15 +437,18 @@ def render(deployment: Deployment) -> str:
 
 
 def kustomization(deployment: Deployment) -> str:
-    """kustomization.yaml: the manifest, its image (a kustomize `images:` entry to pin a mirror or a
-    digest), and the settings a user changes with a patch of the ConfigMap."""
+    """kustomization.yaml: the manifest, the component that pins published images by digest, its images (a
+    kustomize `images:` entry to point at a mirror), and the settings a user changes with a patch of the
+    ConfigMap."""
     images = dict.fromkeys(group.spec.image for group in deployment.run)  # the PD router's is its own
+    up = PurePosixPath(*[".."] * (len(directory(deployment).parts) - 1))  # back to k8s/
     notes = [f"#   {n}: {setting(n).why}" for n in settings_used(deployment)]
     settings = ["# Settings (ConfigMap <name>-settings, change them with a patch):", *notes] if notes else []
     body = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         "resources": ["manifest.yaml"],
+        "components": [(up / IMAGES_COMPONENT.name).as_posix()],
         "images": [{"name": r, "newTag": t} for r, _, t in (i.rpartition(":") for i in images)],
     }
     secrets = deployment.run[0].spec.secrets

@@ -1,0 +1,83 @@
+"""What `factory publish` pushed: per image, the registry repository and the digest the registry serves.
+
+A committed file beside the lock (published.json), written by `factory publish` and read by
+`factory generate`, so that generated Kubernetes manifests run an image by digest once it is published and
+`generate --check` finds manifests that do not say so yet. Like the lock, it pins: a digest holds only for
+the image built from the inputs it was published from (its immutable tag); an image planned from other
+inputs since is not pinned by it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from pydantic import Field
+
+from factory.errors import InputError
+from factory.files import write_text_atomic
+from factory.models_base import Strict
+from factory.yamlfile import parse_model
+
+RECORD_NAME = "published.json"
+COMMENT = "written by `factory publish`: what it pushed, by image reference; read by `factory generate`"
+# Docker's reference grammar, loosely: a registry host (a port, a namespace), then the repository's path.
+REPOSITORY = r"^[a-z0-9]([a-z0-9._:-]*[a-z0-9])?(/[a-z0-9]+([._-]+[a-z0-9]+)*)+$"
+TAG = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$"
+# An image as the factory names it, repo:tag (vllm-factory/<slug>:<tag>): the record's keys.
+REFERENCE = re.compile(r"^[a-z0-9]+([._-]+[a-z0-9]+)*(/[a-z0-9]+([._-]+[a-z0-9]+)*)*:" + TAG[1:])
+
+
+class PublishedImage(Strict):
+    """One image as published: where it was pushed and the digest the registry served for it."""
+
+    repository: str = Field(pattern=REPOSITORY)  # registry/namespace/repository, without a tag
+    digest: str = Field(pattern=r"^sha256:[0-9a-f]{64}$")
+    immutable_tag: str = Field(pattern=TAG)  # the tag that names the inputs the image was built from
+
+
+class PublishRecord(Strict):
+    comment: str = COMMENT
+    images: dict[str, PublishedImage] = {}  # by the image's reference as the factory names it (repo:tag)
+
+    def pinned(self, reference: str, immutable_tag: str) -> PublishedImage | None:
+        """The published image for `reference`, if it was published from the same inputs."""
+        found = self.images.get(reference)
+        return found if found is not None and found.immutable_tag == immutable_tag else None
+
+
+def record_file(lock_path: Path) -> Path:
+    """The record lives beside the lock: the project's recipes/lock/, or the output folder's lock/."""
+    return lock_path.parent / RECORD_NAME
+
+
+def read_record(path: Path) -> PublishRecord:
+    """The record at `path`; an empty one when nothing was published yet."""
+    if not path.is_file():
+        return PublishRecord()
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise InputError(
+            f"the publish record is not valid JSON: {exc}", file=path, hint="publish again, or delete it"
+        ) from None
+    record = parse_model(PublishRecord, data, path)
+    for reference in record.images:
+        if not REFERENCE.fullmatch(reference):  # printed into generated YAML: nothing else may get there
+            raise InputError(
+                "not an image reference with a tag",
+                file=path,
+                field="images",
+                value=reference,
+                valid=["vllm-factory/<name>:<tag>"],
+            )
+    return record
+
+
+def record_published(path: Path, reference: str, published: PublishedImage) -> None:
+    """Add or replace one image's entry (the last publish wins), written whole, keys sorted."""
+    record = read_record(path)
+    images = dict(record.images) | {reference: published}
+    body = PublishRecord(images=dict(sorted(images.items())))
+    write_text_atomic(path, json.dumps(body.model_dump(), indent=1) + "\n")

