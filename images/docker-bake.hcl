@@ -8,19 +8,19 @@ variable "REGISTRY" {
 }
 
 group "default" {
-  targets = ["tiny-random-llama-vllm0-32-0-cpu-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b300-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi300x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi325x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi355x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi350x-default", "vllm-router-0-1-17"]
+  targets = ["tiny-random-llama-vllm0-32-0-cpu-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b300-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi300x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi325x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi355x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi350x-default", "stable-diffusion-3-5-vllm0-12-0-h100-default", "stable-diffusion-3-5-vllm0-12-0-h200-default", "stable-diffusion-3-5-vllm0-12-0-b200-default", "stable-diffusion-3-5-vllm0-12-0-b300-default", "stable-diffusion-3-5-vllm0-12-0-h100-large", "stable-diffusion-3-5-vllm0-12-0-h200-large", "stable-diffusion-3-5-vllm0-12-0-b200-large", "stable-diffusion-3-5-vllm0-12-0-b300-large", "stable-diffusion-3-5-vllm0-12-0-h100-large_turbo", "stable-diffusion-3-5-vllm0-12-0-h200-large_turbo", "stable-diffusion-3-5-vllm0-12-0-b200-large_turbo", "stable-diffusion-3-5-vllm0-12-0-b300-large_turbo", "vllm-router-0-1-17"]
 }
 
 group "amd64" {
-  targets = ["tiny-random-llama-vllm0-32-0-cpu-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b300-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi300x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi325x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi355x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi350x-default", "vllm-router-0-1-17"]
+  targets = ["tiny-random-llama-vllm0-32-0-cpu-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b300-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi300x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi325x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi355x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi350x-default", "stable-diffusion-3-5-vllm0-12-0-h100-default", "stable-diffusion-3-5-vllm0-12-0-h200-default", "stable-diffusion-3-5-vllm0-12-0-b200-default", "stable-diffusion-3-5-vllm0-12-0-b300-default", "stable-diffusion-3-5-vllm0-12-0-h100-large", "stable-diffusion-3-5-vllm0-12-0-h200-large", "stable-diffusion-3-5-vllm0-12-0-b200-large", "stable-diffusion-3-5-vllm0-12-0-b300-large", "stable-diffusion-3-5-vllm0-12-0-h100-large_turbo", "stable-diffusion-3-5-vllm0-12-0-h200-large_turbo", "stable-diffusion-3-5-vllm0-12-0-b200-large_turbo", "stable-diffusion-3-5-vllm0-12-0-b300-large_turbo", "vllm-router-0-1-17"]
 }
 
 group "b200" {
-  targets = ["kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default"]
+  targets = ["kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default", "stable-diffusion-3-5-vllm0-12-0-b200-default", "stable-diffusion-3-5-vllm0-12-0-b200-large", "stable-diffusion-3-5-vllm0-12-0-b200-large_turbo"]
 }
 
 group "b300" {
-  targets = ["kimi-linear-48b-a3b-instruct-vllm0-11-2-b300-default"]
+  targets = ["kimi-linear-48b-a3b-instruct-vllm0-11-2-b300-default", "stable-diffusion-3-5-vllm0-12-0-b300-default", "stable-diffusion-3-5-vllm0-12-0-b300-large", "stable-diffusion-3-5-vllm0-12-0-b300-large_turbo"]
 }
 
 group "cpu" {
@@ -28,11 +28,11 @@ group "cpu" {
 }
 
 group "h100" {
-  targets = ["kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default"]
+  targets = ["kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default", "stable-diffusion-3-5-vllm0-12-0-h100-default", "stable-diffusion-3-5-vllm0-12-0-h100-large", "stable-diffusion-3-5-vllm0-12-0-h100-large_turbo"]
 }
 
 group "h200" {
-  targets = ["kimi-linear-48b-a3b-instruct-vllm0-11-2-h200-default"]
+  targets = ["kimi-linear-48b-a3b-instruct-vllm0-11-2-h200-default", "stable-diffusion-3-5-vllm0-12-0-h200-default", "stable-diffusion-3-5-vllm0-12-0-h200-large", "stable-diffusion-3-5-vllm0-12-0-h200-large_turbo"]
 }
 
 group "mi300x" {
@@ -116,6 +116,90 @@ target "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi350x-default" {
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
   tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi350x-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi350x-default-b0b528243279"]
+}
+
+target "stable-diffusion-3-5-vllm0-12-0-h100-default" {
+  context    = "images/stable-diffusion-3.5/vllm0.12.0-h100-default"
+  dockerfile = "Dockerfile"
+  platforms  = ["linux/amd64"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-default", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-default-d7c0db5006aa"]
+}
+
+target "stable-diffusion-3-5-vllm0-12-0-h200-default" {
+  context    = "images/stable-diffusion-3.5/vllm0.12.0-h200-default"
+  dockerfile = "Dockerfile"
+  platforms  = ["linux/amd64"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-default", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-default-798f5139d136"]
+}
+
+target "stable-diffusion-3-5-vllm0-12-0-b200-default" {
+  context    = "images/stable-diffusion-3.5/vllm0.12.0-b200-default"
+  dockerfile = "Dockerfile"
+  platforms  = ["linux/amd64"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-default", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-default-60fa7e77bcde"]
+}
+
+target "stable-diffusion-3-5-vllm0-12-0-b300-default" {
+  context    = "images/stable-diffusion-3.5/vllm0.12.0-b300-default"
+  dockerfile = "Dockerfile"
+  platforms  = ["linux/amd64"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-default", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-default-1211032614d8"]
+}
+
+target "stable-diffusion-3-5-vllm0-12-0-h100-large" {
+  context    = "images/stable-diffusion-3.5/vllm0.12.0-h100-large"
+  dockerfile = "Dockerfile"
+  platforms  = ["linux/amd64"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-large", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-large-144a03505b7f"]
+}
+
+target "stable-diffusion-3-5-vllm0-12-0-h200-large" {
+  context    = "images/stable-diffusion-3.5/vllm0.12.0-h200-large"
+  dockerfile = "Dockerfile"
+  platforms  = ["linux/amd64"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-large", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-large-5ee1c1f30018"]
+}
+
+target "stable-diffusion-3-5-vllm0-12-0-b200-large" {
+  context    = "images/stable-diffusion-3.5/vllm0.12.0-b200-large"
+  dockerfile = "Dockerfile"
+  platforms  = ["linux/amd64"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-large", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-large-d112155d1e19"]
+}
+
+target "stable-diffusion-3-5-vllm0-12-0-b300-large" {
+  context    = "images/stable-diffusion-3.5/vllm0.12.0-b300-large"
+  dockerfile = "Dockerfile"
+  platforms  = ["linux/amd64"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-large", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-large-b7d8cba71bd1"]
+}
+
+target "stable-diffusion-3-5-vllm0-12-0-h100-large_turbo" {
+  context    = "images/stable-diffusion-3.5/vllm0.12.0-h100-large_turbo"
+  dockerfile = "Dockerfile"
+  platforms  = ["linux/amd64"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-large_turbo", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-large_turbo-a10b396b11ba"]
+}
+
+target "stable-diffusion-3-5-vllm0-12-0-h200-large_turbo" {
+  context    = "images/stable-diffusion-3.5/vllm0.12.0-h200-large_turbo"
+  dockerfile = "Dockerfile"
+  platforms  = ["linux/amd64"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-large_turbo", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-large_turbo-3f832a9762d1"]
+}
+
+target "stable-diffusion-3-5-vllm0-12-0-b200-large_turbo" {
+  context    = "images/stable-diffusion-3.5/vllm0.12.0-b200-large_turbo"
+  dockerfile = "Dockerfile"
+  platforms  = ["linux/amd64"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-large_turbo", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-large_turbo-5602168b058c"]
+}
+
+target "stable-diffusion-3-5-vllm0-12-0-b300-large_turbo" {
+  context    = "images/stable-diffusion-3.5/vllm0.12.0-b300-large_turbo"
+  dockerfile = "Dockerfile"
+  platforms  = ["linux/amd64"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-large_turbo", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-large_turbo-165a1ad25ee4"]
 }
 
 target "vllm-router-0-1-17" {
