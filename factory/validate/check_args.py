@@ -22,6 +22,7 @@ class ArgsCheck:
     version: str | None
     checked_in: str | None  # the built image whose vLLM parsed them; None: not parser-checked
     results: tuple[CheckResult, ...]
+    unbuildable: str | None = None  # why no image and no vLLM release exist (an omni image on AMD)
 
     @property
     def rejected(self) -> list[CheckResult]:
@@ -42,7 +43,16 @@ def check_all(client: docker.DockerClient, blueprints: list[Blueprint]) -> list[
     """Every image's commands, one container per vLLM (and vllm-omni) release (importing vLLM to build its
     parser takes most of the time: a container per image would take minutes)."""
     by_version: dict[tuple[str, str | None], list[Blueprint]] = {}
+    order = [blueprint.image.reference for blueprint in blueprints]
+    # No vLLM release at all (an omni image on AMD): no parser can be chosen, and the reason is known.
+    unbuildable = {
+        b.image.reference: b.image.unbuildable
+        for b in blueprints
+        if b.image.unbuildable and not b.image.vllm_version
+    }
     for blueprint in blueprints:
+        if blueprint.image.reference in unbuildable:
+            continue
         install = blueprint.image.install
         key = (blueprint.image.vllm_version or "", install.omni if install else None)
         by_version.setdefault(key, []).append(blueprint)
@@ -69,4 +79,6 @@ def check_all(client: docker.DockerClient, blueprints: list[Blueprint]) -> list[
                 if result.name.startswith(prefix)
             )
             checks[blueprint.image.reference] = ArgsCheck(blueprint.image.reference, version, parser, own)
-    return [checks[blueprint.image.reference] for blueprint in blueprints]
+    for reference, why in unbuildable.items():
+        checks[reference] = ArgsCheck(reference, None, None, (), why)
+    return [checks[reference] for reference in order]

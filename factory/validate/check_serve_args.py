@@ -82,10 +82,8 @@ def serve_help(argv):
     top = serve_parser(argv)[0]
     shown = io.StringIO()
     with contextlib.redirect_stdout(shown):
-        try:
+        with contextlib.suppress(SystemExit):  # --help exits once it has printed
             top.parse_args(["serve", *argv])
-        except SystemExit:
-            pass
     return shown.getvalue()
 
 
