@@ -24,9 +24,8 @@ from factory.project import Project, load_project
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
 KIMI = "moonshotai/Kimi-Linear-48B-A3B-Instruct"
-SD35 = (
-    "stabilityai/stable-diffusion-3.5-medium"  # the project's omni recipe (vLLM 0.12.0, vllm-omni 0.12.0rc1)
-)
+# The project's omni recipe: vLLM 0.12.0 with vllm-omni 0.12.0rc1.
+SD35 = "stabilityai/stable-diffusion-3.5-medium"
 TINY = "factory/tiny-random-llama"
 
 

@@ -81,9 +81,9 @@ def serve_help(argv):
     """What `vllm serve ARGV` prints, ARGV holding --help (vLLM's --help=all lists every flag)."""
     top = serve_parser(argv)[0]
     shown = io.StringIO()
-    with contextlib.redirect_stdout(shown):
-        with contextlib.suppress(SystemExit):  # --help exits once it has printed
-            top.parse_args(["serve", *argv])
+    # --help exits once it has printed
+    with contextlib.redirect_stdout(shown), contextlib.suppress(SystemExit):
+        top.parse_args(["serve", *argv])
     return shown.getvalue()
 
 
