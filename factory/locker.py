@@ -156,7 +156,7 @@ def _lock_sets(
     sets: dict[str, LockedSet] = {}
     texts: dict[str, str] = {}
     for key, (install, version, platform, omni) in sorted(needed.items()):
-        refused = omni_refusal(project.catalog, install, platform) if omni else None
+        refused = omni_refusal(project.catalog, install, platform, omni) if omni else None
         if refused is not None:  # no omni set can exist there: say why with the evidence, resolve nothing
             sets[key] = LockedSet(
                 package=install.package, vllm=version, omni=omni, platform=platform, cause=OMNI,

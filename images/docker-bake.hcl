@@ -8,19 +8,19 @@ variable "REGISTRY" {
 }
 
 group "default" {
-  targets = ["tiny-random-llama-vllm0-32-0-cpu-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b300-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi300x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi325x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi355x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi350x-default", "vllm-router-0-1-17"]
+  targets = ["tiny-random-llama-vllm0-32-0-cpu-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b300-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi300x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi325x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi355x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi350x-default", "stable-diffusion-3-5-vllm0-12-0-h100-default", "stable-diffusion-3-5-vllm0-12-0-h200-default", "stable-diffusion-3-5-vllm0-12-0-b200-default", "stable-diffusion-3-5-vllm0-12-0-b300-default", "stable-diffusion-3-5-vllm0-12-0-h100-large", "stable-diffusion-3-5-vllm0-12-0-h200-large", "stable-diffusion-3-5-vllm0-12-0-b200-large", "stable-diffusion-3-5-vllm0-12-0-b300-large", "stable-diffusion-3-5-vllm0-12-0-h100-large_turbo", "stable-diffusion-3-5-vllm0-12-0-h200-large_turbo", "stable-diffusion-3-5-vllm0-12-0-b200-large_turbo", "stable-diffusion-3-5-vllm0-12-0-b300-large_turbo", "vllm-router-0-1-17"]
 }
 
 group "amd64" {
-  targets = ["tiny-random-llama-vllm0-32-0-cpu-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b300-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi300x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi325x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi355x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi350x-default", "vllm-router-0-1-17"]
+  targets = ["tiny-random-llama-vllm0-32-0-cpu-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b300-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi300x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi325x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi355x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi350x-default", "stable-diffusion-3-5-vllm0-12-0-h100-default", "stable-diffusion-3-5-vllm0-12-0-h200-default", "stable-diffusion-3-5-vllm0-12-0-b200-default", "stable-diffusion-3-5-vllm0-12-0-b300-default", "stable-diffusion-3-5-vllm0-12-0-h100-large", "stable-diffusion-3-5-vllm0-12-0-h200-large", "stable-diffusion-3-5-vllm0-12-0-b200-large", "stable-diffusion-3-5-vllm0-12-0-b300-large", "stable-diffusion-3-5-vllm0-12-0-h100-large_turbo", "stable-diffusion-3-5-vllm0-12-0-h200-large_turbo", "stable-diffusion-3-5-vllm0-12-0-b200-large_turbo", "stable-diffusion-3-5-vllm0-12-0-b300-large_turbo", "vllm-router-0-1-17"]
 }
 
 group "b200" {
-  targets = ["kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default"]
+  targets = ["kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default", "stable-diffusion-3-5-vllm0-12-0-b200-default", "stable-diffusion-3-5-vllm0-12-0-b200-large", "stable-diffusion-3-5-vllm0-12-0-b200-large_turbo"]
 }
 
 group "b300" {
-  targets = ["kimi-linear-48b-a3b-instruct-vllm0-11-2-b300-default"]
+  targets = ["kimi-linear-48b-a3b-instruct-vllm0-11-2-b300-default", "stable-diffusion-3-5-vllm0-12-0-b300-default", "stable-diffusion-3-5-vllm0-12-0-b300-large", "stable-diffusion-3-5-vllm0-12-0-b300-large_turbo"]
 }
 
 group "cpu" {
@@ -28,11 +28,11 @@ group "cpu" {
 }
 
 group "h100" {
-  targets = ["kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default"]
+  targets = ["kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default", "stable-diffusion-3-5-vllm0-12-0-h100-default", "stable-diffusion-3-5-vllm0-12-0-h100-large", "stable-diffusion-3-5-vllm0-12-0-h100-large_turbo"]
 }
 
 group "h200" {
-  targets = ["kimi-linear-48b-a3b-instruct-vllm0-11-2-h200-default"]
+  targets = ["kimi-linear-48b-a3b-instruct-vllm0-11-2-h200-default", "stable-diffusion-3-5-vllm0-12-0-h200-default", "stable-diffusion-3-5-vllm0-12-0-h200-large", "stable-diffusion-3-5-vllm0-12-0-h200-large_turbo"]
 }
 
 group "mi300x" {
@@ -59,63 +59,147 @@ target "tiny-random-llama-vllm0-32-0-cpu-default" {
   context    = "images/tiny-random-llama/vllm0.32.0-cpu-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default", "${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default-42500cf645e9"]
+  tags       = ["${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default", "${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default-b9766d08bbcc"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-h100-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h100-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h100-default-dc0de2801a42"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h100-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h100-default-26f1080973ad"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-h200-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-h200-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h200-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h200-default-43e5666ae14c"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h200-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h200-default-c2f848ebad07"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-b200-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b200-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b200-default-97e842d361ef"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b200-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b200-default-70eb96e8b021"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-b300-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-b300-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b300-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b300-default-c45317c6d14e"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b300-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b300-default-b811a0f54bed"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi300x-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-mi300x-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi300x-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi300x-default-addf9dff071e"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi300x-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi300x-default-eb6e284deca3"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi325x-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-mi325x-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi325x-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi325x-default-8aa2ef1f8423"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi325x-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi325x-default-e0c281756682"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi355x-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-mi355x-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi355x-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi355x-default-20b741a7f1ab"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi355x-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi355x-default-fcb13ace297a"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi350x-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-mi350x-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi350x-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi350x-default-b0b528243279"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi350x-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi350x-default-02828b6fb169"]
+}
+
+target "stable-diffusion-3-5-vllm0-12-0-h100-default" {
+  context    = "images/stable-diffusion-3.5/vllm0.12.0-h100-default"
+  dockerfile = "Dockerfile"
+  platforms  = ["linux/amd64"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-default", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-default-4596cd798b87"]
+}
+
+target "stable-diffusion-3-5-vllm0-12-0-h200-default" {
+  context    = "images/stable-diffusion-3.5/vllm0.12.0-h200-default"
+  dockerfile = "Dockerfile"
+  platforms  = ["linux/amd64"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-default", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-default-df29c3247dcb"]
+}
+
+target "stable-diffusion-3-5-vllm0-12-0-b200-default" {
+  context    = "images/stable-diffusion-3.5/vllm0.12.0-b200-default"
+  dockerfile = "Dockerfile"
+  platforms  = ["linux/amd64"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-default", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-default-545029125087"]
+}
+
+target "stable-diffusion-3-5-vllm0-12-0-b300-default" {
+  context    = "images/stable-diffusion-3.5/vllm0.12.0-b300-default"
+  dockerfile = "Dockerfile"
+  platforms  = ["linux/amd64"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-default", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-default-b12c31be6394"]
+}
+
+target "stable-diffusion-3-5-vllm0-12-0-h100-large" {
+  context    = "images/stable-diffusion-3.5/vllm0.12.0-h100-large"
+  dockerfile = "Dockerfile"
+  platforms  = ["linux/amd64"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-large", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-large-3359a73a6a34"]
+}
+
+target "stable-diffusion-3-5-vllm0-12-0-h200-large" {
+  context    = "images/stable-diffusion-3.5/vllm0.12.0-h200-large"
+  dockerfile = "Dockerfile"
+  platforms  = ["linux/amd64"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-large", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-large-d5da43c88e13"]
+}
+
+target "stable-diffusion-3-5-vllm0-12-0-b200-large" {
+  context    = "images/stable-diffusion-3.5/vllm0.12.0-b200-large"
+  dockerfile = "Dockerfile"
+  platforms  = ["linux/amd64"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-large", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-large-d881e4207e93"]
+}
+
+target "stable-diffusion-3-5-vllm0-12-0-b300-large" {
+  context    = "images/stable-diffusion-3.5/vllm0.12.0-b300-large"
+  dockerfile = "Dockerfile"
+  platforms  = ["linux/amd64"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-large", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-large-02eb4194575b"]
+}
+
+target "stable-diffusion-3-5-vllm0-12-0-h100-large_turbo" {
+  context    = "images/stable-diffusion-3.5/vllm0.12.0-h100-large_turbo"
+  dockerfile = "Dockerfile"
+  platforms  = ["linux/amd64"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-large_turbo", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-large_turbo-3cc610bef856"]
+}
+
+target "stable-diffusion-3-5-vllm0-12-0-h200-large_turbo" {
+  context    = "images/stable-diffusion-3.5/vllm0.12.0-h200-large_turbo"
+  dockerfile = "Dockerfile"
+  platforms  = ["linux/amd64"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-large_turbo", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-large_turbo-8e710946ccb7"]
+}
+
+target "stable-diffusion-3-5-vllm0-12-0-b200-large_turbo" {
+  context    = "images/stable-diffusion-3.5/vllm0.12.0-b200-large_turbo"
+  dockerfile = "Dockerfile"
+  platforms  = ["linux/amd64"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-large_turbo", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-large_turbo-c49f9c3aeac4"]
+}
+
+target "stable-diffusion-3-5-vllm0-12-0-b300-large_turbo" {
+  context    = "images/stable-diffusion-3.5/vllm0.12.0-b300-large_turbo"
+  dockerfile = "Dockerfile"
+  platforms  = ["linux/amd64"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-large_turbo", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-large_turbo-213ae84c0729"]
 }
 
 target "vllm-router-0-1-17" {

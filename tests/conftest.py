@@ -24,6 +24,8 @@ from factory.project import Project, load_project
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
 KIMI = "moonshotai/Kimi-Linear-48B-A3B-Instruct"
+# The project's omni recipe: vLLM 0.12.0 with vllm-omni 0.12.0rc1.
+SD35 = "stabilityai/stable-diffusion-3.5-medium"
 TINY = "factory/tiny-random-llama"
 
 
@@ -135,6 +137,16 @@ def tiny_built(project: Project, docker_client: docker.DockerClient):
     from factory.settings import load_settings
 
     return build_image(ROOT, blueprint_of(project, TINY, "cpu"), load_settings(ROOT))
+
+
+@pytest.fixture(scope="session")
+def omni_built(project: Project, docker_client: docker.DockerClient):  # type: ignore[no-untyped-def]
+    """The CUDA omni image (Stable Diffusion 3.5 on H100), built once per run: torch's layer is the Kimi
+    CUDA image's, so on a warm engine it costs the layers above torch's only."""
+    from factory.build.builder import build_image
+    from factory.settings import load_settings
+
+    return build_image(ROOT, blueprint_of(project, SD35, "h100"), load_settings(ROOT))
 
 
 @pytest.fixture(scope="session")

@@ -142,10 +142,11 @@ def test_amd_containers_get_the_devices_groups_and_profile_their_compose_files_n
 
 
 def test_check_args_parses_every_target_of_the_release_in_one_built_image(
-    h200_built: BuildResult, tiny_built: BuildResult
+    h200_built: BuildResult, tiny_built: BuildResult, omni_built: BuildResult
 ) -> None:
     """AMD, Grace and B-series targets cannot be built here; their commands still meet vLLM 0.11.2's own
-    parser, inside the H200 image (the parser is the same whatever the accelerator)."""
+    parser, inside the H200 image (the parser is the same whatever the accelerator). The omni recipe's
+    commands meet vllm-omni's parser, in the omni image; its AMD images are named not buildable."""
     result = run_factory(ROOT, "check-args")
     assert result.returncode == 0, result.stdout + result.stderr
     accepted = set(
@@ -154,6 +155,10 @@ def test_check_args_parses_every_target_of_the_release_in_one_built_image(
     every = {"h100", "h200", "b200", "b300", "gb200", "gb300", "mi300x", "mi325x", "mi350x", "mi355x"}
     assert every <= accepted, result.stdout
     assert "not parser-checked" not in result.stdout, result.stdout
+    omni = re.findall(r"^accepted +\S+stable-diffusion-3\.5:vllm0\.12\.0-(\w+)-default:", result.stdout, re.M)
+    assert {"h100", "h200", "b200", "b300"} <= set(omni), result.stdout
+    amd = [line for line in result.stdout.splitlines() if "stable-diffusion-3.5:vllm-unresolved-mi" in line]
+    assert amd and all(line.startswith("not buildable") and "vllm-omni" in line for line in amd)
 
 
 def test_check_args_names_a_rejected_value_on_a_target_not_built_here(

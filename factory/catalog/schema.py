@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 from factory.models_base import Count, Port, Strict
 
@@ -223,11 +224,15 @@ class OmniRefusal(Sourced):
 
     accelerator: str | None = None
     platform: str | None = None
+    from_omni: str | None = None  # the first vllm-omni release it holds for (fa3-fwd: from 0.14.0); None: all
     why: str
 
-    def matches(self, accelerator: str, platform: str | None) -> bool:
+    def matches(self, accelerator: str, platform: str | None, omni: str | None = None) -> bool:
         same_platform = self.platform is None or (platform is not None and self.platform == platform)
-        return (self.accelerator is None or self.accelerator == accelerator) and same_platform
+        same_release = self.from_omni is None or omni is None or Version(omni) >= Version(self.from_omni)
+        return (
+            (self.accelerator is None or self.accelerator == accelerator) and same_platform and same_release
+        )
 
 
 class OmniCatalog(Sourced):
@@ -242,9 +247,10 @@ class OmniCatalog(Sourced):
         series = ".".join(vllm.split(".")[:2])
         return next((r for r in self.releases if r.vllm == series), None)
 
-    def refusal(self, accelerator: str, platform: str | None) -> str | None:
-        """Why no omni image can exist for this accelerator (on this platform, when given); else None."""
-        found = next((r for r in self.refusals if r.matches(accelerator, platform)), None)
+    def refusal(self, accelerator: str, platform: str | None, omni: str | None = None) -> str | None:
+        """Why no omni image can exist for this accelerator (on this platform, with this vllm-omni release,
+        when given); else None."""
+        found = next((r for r in self.refusals if r.matches(accelerator, platform, omni)), None)
         return f"{found.why} (source: {found.source})" if found else None
 
 

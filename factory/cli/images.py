@@ -22,7 +22,9 @@ def cmd_check_args(project: Project, args: argparse.Namespace) -> int:
     checks = check_all(connect(), plan_project(project).images)
     rejected = 0
     for check in checks:
-        if check.checked_in is None:
+        if check.unbuildable is not None:
+            say(f"not buildable       {check.image}: {check.unbuildable}")
+        elif check.checked_in is None:
             why = "no lock" if check.version is None else f"no built image of vLLM {check.version} here"
             say(f"not parser-checked  {check.image}: {why}")
         elif check.rejected:

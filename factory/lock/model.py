@@ -148,16 +148,25 @@ def _split_layers(requirements: str, heavy: tuple[str, ...], package: str) -> tu
 
 def split_omni(requirements: str, heavy: list[str], omni_package: str) -> tuple[str, str]:
     """An omni set cut in two before its layers are: the packages vLLM's image has too, and vllm-omni with
-    what only it needs (its `# via` names it alone: diffusers, fa3-fwd, ...), pins and hashes only. The omni
-    part is a layer of its own after vLLM's, so the layers below stay the plain image's wherever the two
-    sets pin the same."""
-    served = canonical_name(omni_package)
+    what only it needs, pins and hashes only. "Only it": every package its `# via` names is vllm-omni or
+    itself only vllm-omni's (gradio, then gradio's own dependencies; diffusers, needed by vllm-omni and by
+    cache-dit): one level is not enough, or those would land in vLLM's dependency layer and make it differ
+    from the plain image's. The omni part is a layer of its own after vLLM's, so the layers below stay the
+    plain image's wherever the two sets pin the same."""
+    blocks = requirement_blocks(requirements)
+    parents = {canonical_name(name): {canonical_name(v) for v in _via(block)} for name, block in blocks}
+    only_omni = {canonical_name(omni_package)}
+    grew = True
+    while grew:  # to a fixed point: a package joins once all who need it have joined
+        grew = False
+        for name, via in parents.items():
+            if name not in only_omni and name not in heavy and via and via <= only_omni:
+                only_omni.add(name)
+                grew = True
     kept: list[str] = []
     omni: list[str] = []
-    for name, block in requirement_blocks(requirements):
-        via = {canonical_name(v) for v in _via(block)}
-        alone = canonical_name(name) == served or (bool(via) and via <= {served} and name not in heavy)
-        if alone:
+    for name, block in blocks:
+        if canonical_name(name) in only_omni:
             omni.append("\n".join(line for line in block.splitlines() if not line.lstrip().startswith("#")))
         else:
             kept.append(block)

@@ -11,11 +11,14 @@ from factory.lock.choose import Ask, choose
 from factory.lock.model import OMNI, Release
 
 
-def omni_refusal(catalog: Catalog, install: Install, platform: str | None = None) -> str | None:
-    """Why no vllm-omni image can exist for this install (on this platform), with the evidence; else None."""
+def omni_refusal(
+    catalog: Catalog, install: Install, platform: str | None = None, omni: str | None = None
+) -> str | None:
+    """Why no vllm-omni image can exist for this install (on this platform, with this vllm-omni release),
+    with the evidence; else None."""
     if catalog.omni is None:
         return "the catalog has no `omni` table: which vLLM a vllm-omni release runs with is not known"
-    refused = catalog.omni.refusal(install.accelerator, platform)
+    refused = catalog.omni.refusal(install.accelerator, platform, omni)
     if refused is None and install.kind != "pip":  # a vendor image ships what its vendor put in it
         refused = f"a {install.kind} install ships vLLM alone: vllm-omni is installed with pip"
     return refused

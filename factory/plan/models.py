@@ -55,6 +55,11 @@ class InstallSpec(Frozen):
         """The template of the omni install step: `omni` for an omni image, `none` otherwise."""
         return "omni" if self.omni else "none"
 
+    @property
+    def drift_guard(self) -> str:
+        """The build's drift guard's options beyond --expect-vllm: an omni image's vllm-omni release."""
+        return f" --expect-omni {self.omni}" if self.omni else ""
+
 
 class ImageSpec(Frozen):
     """One image as planned: what it serves, on what, installed how, and its default command."""
@@ -121,6 +126,9 @@ class ImagePlan(ImageSpec):
         return image_labels(self, self.inputs_hash)
 
 
+OMNI_VERSION_LABEL = "ai.vllm.factory.vllm-omni-version"
+
+
 def image_labels(spec: ImageSpec, inputs_hash: str) -> dict[str, str]:
     """The OCI and factory labels of an image: what it serves, on what, from which inputs."""
     return {
@@ -137,6 +145,8 @@ def image_labels(spec: ImageSpec, inputs_hash: str) -> dict[str, str]:
         "ai.vllm.factory.gpu-arch": spec.gpu_arch or "none",
         "ai.vllm.factory.platform": spec.platform,
         "ai.vllm.factory.vllm-version": spec.vllm_version or "unresolved",
+        # omni images only: `factory check-args` parses omni commands in an image that has this release
+        **({OMNI_VERSION_LABEL: spec.install.omni} if spec.install and spec.install.omni else {}),
         "ai.vllm.factory.inputs-hash": inputs_hash,
     }
 

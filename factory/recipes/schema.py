@@ -242,7 +242,10 @@ class OmniTask(Section):
 class Omni(Section):
     """vllm-omni serving: one `vllm serve --omni` per task (t2i, i2v, ...)."""
 
-    serve_binary: str | None = None
+    # The two the recipes' SCHEMA.md names. The image's entrypoint serves both with vllm-omni's CLI (the
+    # `vllm-omni` console script): `vllm serve --omni` alone reaches it from vLLM 0.20 on only. Any other
+    # binary would need another image, so it is refused rather than silently served by vllm-omni.
+    serve_binary: Literal["vllm serve", "vllm-omni serve"] | None = None
     port: Port | None = None
     task_label: str | None = None
     task_hint: str | None = None

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 import docker
 
 from factory.blueprint import Blueprint
+from factory.plan.models import OMNI_VERSION_LABEL
 from factory.validate.static import CheckResult, argv_sets, check_serve_args
 
 VERSION_LABEL = "ai.vllm.factory.vllm-version"
@@ -21,29 +22,43 @@ class ArgsCheck:
     version: str | None
     checked_in: str | None  # the built image whose vLLM parsed them; None: not parser-checked
     results: tuple[CheckResult, ...]
+    unbuildable: str | None = None  # why no image and no vLLM release exist (an omni image on AMD)
 
     @property
     def rejected(self) -> list[CheckResult]:
         return [result for result in self.results if not result.ok]
 
 
-def built_image_of(client: docker.DockerClient, version: str) -> str | None:
-    """A built factory image with this vLLM release (its own tag, or the first the engine lists)."""
-    for image in client.images.list(filters={"label": f"{VERSION_LABEL}={version}"}):
+def built_image_of(client: docker.DockerClient, version: str, omni: str | None = None) -> str | None:
+    """A built factory image with this vLLM release (its own tag, or the first the engine lists); for omni
+    commands, one with this vllm-omni release too: its parser is vllm-omni's."""
+    labels = [f"{VERSION_LABEL}={version}"] + ([f"{OMNI_VERSION_LABEL}={omni}"] if omni else [])
+    for image in client.images.list(filters={"label": labels}):
         if image.tags:
             return str(image.tags[0])
     return None
 
 
 def check_all(client: docker.DockerClient, blueprints: list[Blueprint]) -> list[ArgsCheck]:
-    """Every image's commands, one container per vLLM release (importing vLLM to build its parser takes
-    most of the time: a container per image would take minutes)."""
-    by_version: dict[str, list[Blueprint]] = {}
+    """Every image's commands, one container per vLLM (and vllm-omni) release (importing vLLM to build its
+    parser takes most of the time: a container per image would take minutes)."""
+    by_version: dict[tuple[str, str | None], list[Blueprint]] = {}
+    order = [blueprint.image.reference for blueprint in blueprints]
+    # No vLLM release at all (an omni image on AMD): no parser can be chosen, and the reason is known.
+    unbuildable = {
+        b.image.reference: b.image.unbuildable
+        for b in blueprints
+        if b.image.unbuildable and not b.image.vllm_version
+    }
     for blueprint in blueprints:
-        by_version.setdefault(blueprint.image.vllm_version or "", []).append(blueprint)
+        if blueprint.image.reference in unbuildable:
+            continue
+        install = blueprint.image.install
+        key = (blueprint.image.vllm_version or "", install.omni if install else None)
+        by_version.setdefault(key, []).append(blueprint)
     checks: dict[str, ArgsCheck] = {}
-    for version, group in by_version.items():
-        parser = built_image_of(client, version) if version else None
+    for (version, omni), group in by_version.items():
+        parser = built_image_of(client, version, omni) if version else None
         if parser is None:
             for blueprint in group:
                 checks[blueprint.image.reference] = ArgsCheck(
@@ -64,4 +79,6 @@ def check_all(client: docker.DockerClient, blueprints: list[Blueprint]) -> list[
                 if result.name.startswith(prefix)
             )
             checks[blueprint.image.reference] = ArgsCheck(blueprint.image.reference, version, parser, own)
-    return [checks[blueprint.image.reference] for blueprint in blueprints]
+    for reference, why in unbuildable.items():
+        checks[reference] = ArgsCheck(reference, None, None, (), why)
+    return [checks[reference] for reference in order]

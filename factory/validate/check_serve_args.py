@@ -1,5 +1,9 @@
 """Runs INSIDE an image (sent with `python3 -c`): parse argument lists with the installed vLLM's own
 `vllm serve` parser, with no GPU. FACTORY_ARGV_SETS holds {"name": [args...]}; prints JSON results.
+FACTORY_SERVE_HELP, when set, holds one argument list: the serve parser's --help for it is printed too.
+
+In an omni image the parser is the one the image's entrypoint runs: vllm-omni's serve command for a
+command with `--omni` (vllm-omni's CLI hands every other command to vLLM's), so its own flags count.
 
 vLLM infers its device when the parser is built and fails with no GPU ("Failed to infer device
 type"); forcing the CPU platform object first lets the parser and its validation run anywhere."""
@@ -29,17 +33,43 @@ except ImportError:
 from vllm.entrypoints.cli.serve import ServeSubcommand  # noqa: E402
 
 
-def parse(argv):
+def serve_command(argv):
+    """The serve subcommand the image's entrypoint (factory-serve) runs these arguments with."""
+    if "--omni" in argv and importlib.util.find_spec("vllm_omni") is not None:
+        from vllm_omni.entrypoints.cli import serve as omni_serve
+
+        return next(command for command in omni_serve.cmd_init() if command.name == "serve")
+    return ServeSubcommand()
+
+
+def serve_parser(argv):
+    command = serve_command(argv)
     top = FlexibleArgumentParser(prog="vllm")
     subparsers = top.add_subparsers(dest="subparser")
-    ServeSubcommand().subparser_init(subparsers)
+    return top, command.subparser_init(subparsers), command
+
+
+def validation(command):
+    """The checks run on the parsed arguments. vllm-omni's own asks the hub whether the model is a diffusion
+    model (it then checks nothing more) and fails with no network; for any other model it runs vLLM's
+    validate_parsed_serve_args, which needs no model: that, the stricter of the two, is what runs here."""
+    if type(command) is ServeSubcommand:
+        validate = getattr(ServeSubcommand, "validate", None)
+        return None if validate is None else lambda args: validate(command, args)
+    from vllm.entrypoints.openai.cli_args import validate_parsed_serve_args
+
+    return validate_parsed_serve_args
+
+
+def parse(argv):
+    top, _, command = serve_parser(argv)
     errors = io.StringIO()
     try:
         with contextlib.redirect_stderr(errors):
             args = top.parse_args(["serve", *argv])
-            validate = getattr(ServeSubcommand, "validate", None)
+            validate = validation(command)
             if validate is not None:
-                validate(ServeSubcommand(), args)
+                validate(args)
     except SystemExit:
         return errors.getvalue().strip().splitlines()[-1:] or ["rejected"]
     except Exception as exc:  # validation raises ValueError and friends
@@ -47,8 +77,22 @@ def parse(argv):
     return None
 
 
+def serve_help(argv):
+    """What `vllm serve ARGV` prints, ARGV holding --help (vLLM's --help=all lists every flag)."""
+    top = serve_parser(argv)[0]
+    shown = io.StringIO()
+    # --help exits once it has printed
+    with contextlib.redirect_stdout(shown), contextlib.suppress(SystemExit):
+        top.parse_args(["serve", *argv])
+    return shown.getvalue()
+
+
 results = {}
 for name, argv in json.loads(os.environ["FACTORY_ARGV_SETS"]).items():
     error = parse(argv)
-    results[name] = {"ok": error is None, "error": "\n".join(error or [])}
+    parser = "vllm-omni" if type(serve_command(argv)) is not ServeSubcommand else "vLLM"
+    results[name] = {"ok": error is None, "error": "\n".join(error or []), "parser": parser}
 sys.stdout.write("FACTORY-RESULT " + json.dumps(results) + "\n")
+if os.environ.get("FACTORY_SERVE_HELP"):
+    help_text = serve_help(json.loads(os.environ["FACTORY_SERVE_HELP"]))
+    sys.stdout.write("FACTORY-HELP " + json.dumps(help_text) + "\n")

@@ -69,13 +69,24 @@ def check_versions(client: docker.DockerClient, image: ImagePlan) -> list[CheckR
             f"installed vLLM {info.get('vllm')}, pinned {image.vllm_version}",
         )
     ]
+    omni = image.install.omni if image.install else None
+    if omni is not None:  # an omni image: vllm-omni is checked as vLLM is
+        installed = info.get("vllm-omni")
+        results.append(
+            CheckResult(
+                "vllm-omni-version",
+                str(installed or "").split("+")[0] == omni,
+                f"installed vllm-omni {installed}, pinned {omni}",
+            )
+        )
     recorded = run_in_image(client, image.reference, ["cat", image_paths.VERSIONS], {})
     at_build = json.loads(recorded)
+    watched = ("vllm", "torch") + (("vllm-omni",) if omni else ())
     results.append(
         CheckResult(
             "no-drift",
-            at_build.get("vllm") == info.get("vllm") and at_build.get("torch") == info.get("torch"),
-            f"vLLM {info.get('vllm')} and torch {info.get('torch')} now; {at_build} after our install step",
+            all(at_build.get(name) == info.get(name) for name in watched),
+            f"{', '.join(f'{n} {info.get(n)}' for n in watched)} now; {at_build} after our install step",
         )
     )
     if image.install and image.install.kind == "vendor-image":
@@ -113,15 +124,48 @@ def argv_sets(image: ImagePlan, composes: list[Deployment]) -> dict[str, list[st
 def check_serve_args(
     client: docker.DockerClient, image: ImagePlan | str, sets: dict[str, list[str]]
 ) -> list[CheckResult]:
-    """Each command parsed by the vLLM inside `image` (a plan, or a reference to any built image)."""
+    """Each command parsed by the vLLM inside `image` (a plan, or a reference to any built image); for an
+    omni image, also its serve binary's --help (vllm-omni's parser, built with no GPU)."""
+    omni = not isinstance(image, str) and image.install is not None and image.install.omni is not None
+    results, help_text = parse_in_image(client, image, sets, OMNI_HELP if omni else None)
+    if help_text is not None:
+        flags = [flag for flag in OMNI_FLAGS if flag not in help_text]
+        usage = help_text.splitlines()[0] if help_text else "(empty)"
+        detail = f"missing {flags}" if flags else f"lists {', '.join(OMNI_FLAGS)}: {usage}"
+        results.append(CheckResult("serve-help", not flags, detail))
+    return results
+
+
+# What the omni serve parser's --help must list: vllm-omni's own flags on top of vLLM's (its serve command
+# in vllm_omni/entrypoints/cli/serve.py), so the help came from vllm-omni's parser, not vLLM's alone.
+OMNI_HELP = ["--omni", "--help=all"]
+OMNI_FLAGS = ("--omni", "--stage-configs-path")
+
+
+def parse_in_image(
+    client: docker.DockerClient,
+    image: ImagePlan | str,
+    sets: dict[str, list[str]],
+    help_for: list[str] | None,
+) -> tuple[list[CheckResult], str | None]:
+    """Run check_serve_args.py in the image: each set's verdict, and the serve --help for `help_for`."""
     script = resources.files("factory.validate").joinpath("check_serve_args.py").read_text(encoding="utf-8")
     reference = image if isinstance(image, str) else image.reference
-    output = run_in_image(
-        client, reference, ["python3", "-c", script], {"FACTORY_ARGV_SETS": json.dumps(sets)}
-    )
-    line = next(line for line in output.splitlines() if line.startswith("FACTORY-RESULT "))
+    # Offline: vllm-omni's validation asks the hub whether the model is a diffusion model; here it cannot.
+    env = {"FACTORY_ARGV_SETS": json.dumps(sets), "HF_HUB_OFFLINE": "1"}
+    if help_for is not None:
+        env["FACTORY_SERVE_HELP"] = json.dumps(help_for)
+    output = run_in_image(client, reference, ["python3", "-c", script], env)
+    lines = output.splitlines()
+    line = next(line for line in lines if line.startswith("FACTORY-RESULT "))
     parsed = json.loads(line.removeprefix("FACTORY-RESULT "))
-    return [
-        CheckResult(f"serve-args:{name}", bool(result["ok"]), result["error"] or "accepted by vLLM's parser")
+    results = [
+        CheckResult(
+            f"serve-args:{name}",
+            bool(result["ok"]),
+            result["error"] or f"accepted by {result.get('parser', 'vLLM')}'s parser",
+        )
         for name, result in parsed.items()
     ]
+    shown = next((line for line in lines if line.startswith("FACTORY-HELP ")), None)
+    return results, None if shown is None else str(json.loads(shown.removeprefix("FACTORY-HELP ")))

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 # DO NOT EDIT: copied by `factory generate` from factory/image_files/image_info.py.
-"""Inside a factory image: record the installed vLLM and torch versions and check them.
+"""Inside a factory image: record the installed vLLM and torch versions (and vllm-omni's, in an omni image)
+and check them.
 
 --record FILE        write {"vllm": ..., "torch": ..., "python": ...} as JSON to FILE
 --expect-vllm V      fail unless the installed vLLM is exactly V (a local label such as +cpu aside)
---same-as FILE       fail unless vLLM and torch equal the versions recorded in FILE (drift guard)
+--expect-omni V      fail unless the installed vllm-omni is exactly V (omni images)
+--same-as FILE       fail unless vLLM, torch (and vllm-omni) equal the versions recorded in FILE (drift guard)
 Without options it prints the JSON, which `factory validate` reads.
 """
 
@@ -35,6 +37,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--record")
     parser.add_argument("--expect-vllm")
+    parser.add_argument("--expect-omni")
     parser.add_argument("--same-as")
     args = parser.parse_args()
     info = {
@@ -42,13 +45,19 @@ def main() -> int:
         "torch": installed("torch"),
         "python": platform.python_version(),
     }
+    omni = installed("vllm-omni")
+    if omni is not None:  # recorded only where installed: a plain image's record stays as it was
+        info["vllm-omni"] = omni
     if args.expect_vllm and (info["vllm"] is None or public(info["vllm"]) != args.expect_vllm):
         print(f"image_info: vLLM is {info['vllm']}, the pin is {args.expect_vllm}", file=sys.stderr)
         return 1
+    if args.expect_omni and (omni is None or public(omni) != args.expect_omni):
+        print(f"image_info: vllm-omni is {omni}, the pin is {args.expect_omni}", file=sys.stderr)
+        return 1
     if args.same_as:
         base = json.loads(Path(args.same_as).read_text(encoding="utf-8"))
-        for name in ("vllm", "torch"):
-            if base[name] != info[name]:
+        for name in ("vllm", "torch", "vllm-omni"):
+            if base.get(name) != info.get(name):
                 print(f"image_info: {name} drifted from {base[name]} to {info[name]}", file=sys.stderr)
                 return 1
     if args.record:
