@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import docker
 import requests
@@ -210,17 +211,9 @@ GOALS = {"cold": 10.0, "unchanged": 2.0, "check": 2.0}  # seconds, with manifest
 MANIFEST_GOALS = {"cold": 1.3, "unchanged": 1.2, "check": 1.2}  # with / without manifests (issue 20)
 
 
-@contextlib.contextmanager
-def without_manifests() -> Iterator[None]:
+def without_manifests() -> contextlib.AbstractContextManager[object]:
     """generate as it was before Kubernetes manifests: every other file the same, k8s/ left out."""
-    import factory.blueprint
-
-    real = factory.blueprint.kubernetes_outputs
-    factory.blueprint.kubernetes_outputs = lambda deployment: []
-    try:
-        yield
-    finally:
-        factory.blueprint.kubernetes_outputs = real
+    return mock.patch("factory.blueprint.kubernetes_outputs", lambda deployment: [])
 
 
 def corpus_figures(root: Path, upstream: Path) -> list[Figure]:
