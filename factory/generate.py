@@ -9,6 +9,7 @@ files are still on disk as they were written.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -23,6 +24,7 @@ from factory.memory import (
     read_memory,
     recipe_inputs,
     shared_inputs,
+    stamped,
     write_memory,
 )
 from factory.project import Project
@@ -30,7 +32,7 @@ from factory.recipes.loader import RecipeProblem
 from factory.render import published_images
 from factory.render.outputs import BakeTarget, OutputFile, bake_output
 from factory.router.image import router_bake_targets, router_files
-from factory.writer import stale_outputs, write_outputs
+from factory.writer import OutputWriter, remove_extra, stale_outputs
 
 MANIFEST = PurePosixPath("images/.factory-manifest.json")
 
@@ -82,48 +84,94 @@ class RecipeOutput:
 
 
 def generate(project: Project, check: bool = False, nodes: int | None = None) -> Generated:
-    """Plan what changed, then write it (or, with `check`, compare everything with what is on disk)."""
-    shared = shared_inputs(project, nodes)
+    """Plan what changed, then write it (or, with `check`, compare everything with what is on disk). Each
+    recipe's files are handed to the writer's thread as soon as it is planned."""
     memory = read_memory(project.out)
-    entries: dict[str, Remembered] = {}
-    fresh: list[OutputFile] = []
-    problems = list(project.tree.problems)
-    planned = 0
+    if check:
+        fresh: list[OutputFile] = []
+        planning = _plan(project, nodes, memory, fresh.extend)
+        shared_files, expected, kept = _shared_files(project, planning)
+        stale = lock_problems(project) + stale_outputs(project.out, [*fresh, *shared_files], expected)
+        return planning.result(len(expected) - len(kept), stale, kept, check=True)
+    with OutputWriter(project.out) as writer:
+        planning = _plan(project, nodes, memory, writer.put)
+        shared_files, expected, kept = _shared_files(project, planning)
+        writer.put(shared_files)
+    remove_extra(project.out, expected)
+    entries = planning.entries
+    if planning.planned or planning.restamped or set(entries) != set(memory):
+        entries = {  # the stamps of what was just written, for the next run to trust
+            recipe_id: stamped(project.out, entry) if recipe_id in planning.planned else entry
+            for recipe_id, entry in entries.items()
+        }
+        write_memory(project.out, entries)
+    return planning.result(len(expected) - len(kept), [], kept, written=writer.written)
+
+
+@dataclass
+class Planning:
+    """What the pass over the recipes found: each recipe's entry (planned now or remembered), the problems,
+    which recipes were planned, and whether a remembered recipe's stamps changed."""
+
+    entries: dict[str, Remembered] = field(default_factory=dict)
+    problems: list[RecipeProblem] = field(default_factory=list)
+    planned: set[str] = field(default_factory=set)
+    restamped: bool = False
+
+    def result(
+        self, files: int, stale: list[str], kept: list[str], check: bool = False, written: int = 0
+    ) -> Generated:
+        return Generated(self.entries, self.problems, files, stale, check, written, len(self.planned), kept)
+
+
+def _plan(
+    project: Project,
+    nodes: int | None,
+    memory: dict[str, Remembered],
+    hand_over: Callable[[list[OutputFile]], None],
+) -> Planning:
+    """Plan every recipe whose inputs or files changed, handing its files over as soon as it is planned;
+    remember the others."""
+    shared = shared_inputs(project, nodes)
+    planning = Planning(problems=list(project.tree.problems))
     for recipe_id, loaded in project.tree.recipes.items():
         key = recipe_inputs(project, loaded, shared)
         known = memory.get(recipe_id)
-        if known is not None and known.inputs == key and intact(project.out, known):
-            entries[recipe_id] = known
+        found = intact(project.out, known) if known is not None and known.inputs == key else None
+        if found is not None:
+            planning.entries[recipe_id] = found
+            planning.restamped |= found is not known
             continue
         try:
             plan = plan_recipe(project, loaded, nodes)
         except FactoryError as exc:
-            problems.append(RecipeProblem(loaded.path, recipe_id, exc))
+            planning.problems.append(RecipeProblem(loaded.path, recipe_id, exc))
             continue
         files = [file for blueprint in plan.images for file in blueprint.files]
-        fresh += files
-        planned += 1
-        entries[recipe_id] = remember(plan, key, files)
-    outputs = {recipe_id: RecipeOutput(sorted(e.files), e.bake) for recipe_id, e in entries.items()}
+        hand_over(files)
+        planning.planned.add(recipe_id)
+        planning.entries[recipe_id] = remember(plan, key, files)
+    return planning
+
+
+def _shared_files(project: Project, planning: Planning) -> tuple[list[OutputFile], set[str], list[str]]:
+    """The files every recipe shares (bake file, manifest, the router's), every path expected in the output
+    folder, and the files kept for recipes that could not be planned."""
+    outputs = {recipe_id: RecipeOutput(sorted(e.files), e.bake) for recipe_id, e in planning.entries.items()}
     previous = read_manifest(project.out)
-    for problem in problems:  # a recipe that turned bad keeps what it generated before
+    for problem in planning.problems:  # a recipe that turned bad keeps what it generated before
         if problem.recipe_id in previous:
             outputs[problem.recipe_id] = previous[problem.recipe_id]
-    kept = sorted(path for p in problems for path in outputs.get(p.recipe_id, RecipeOutput([], [])).files)
+    kept = sorted(
+        path for p in planning.problems for path in outputs.get(p.recipe_id, RecipeOutput([], [])).files
+    )
     # The PD router's image (one for every pd_cluster deployment) is built beside the vLLM images.
     targets = [t for o in outputs.values() for t in o.bake] + router_bake_targets(project)
     shared_files = [bake_output(targets), _manifest_file(outputs), *router_files(project)]
     shared_files.append(_published_images(project, targets))
-    expected = {path for entry in entries.values() for path in entry.files} | set(kept)
+    expected = {path for entry in planning.entries.values() for path in entry.files} | set(kept)
     expected |= {file.path.as_posix() for file in shared_files}
-    count = len(expected) - len(kept)
-    if check:
-        stale = lock_problems(project) + stale_outputs(project.out, [*fresh, *shared_files], expected)
-        return Generated(entries, problems, count, stale, True, planned=planned, kept=kept)
-    written = write_outputs(project.out, [*fresh, *shared_files], expected)
-    if planned or set(entries) != set(memory):
-        write_memory(project.out, entries)
-    return Generated(entries, problems, count, [], False, written, planned, kept)
+    return shared_files, expected, kept
 
 
 def _published_images(project: Project, targets: list[BakeTarget]) -> OutputFile:
@@ -187,4 +235,16 @@ def _manifest_file(outputs: dict[str, RecipeOutput]) -> OutputFile:
             for recipe_id, output in sorted(outputs.items())
         },
     }
-    return OutputFile(MANIFEST, (json.dumps(body, indent=1) + "\n").encode())
+    return OutputFile(MANIFEST, (indented_json(body) + "\n").encode())
+
+
+def indented_json(value: object, indent: str = "") -> str:
+    """json.dumps(value, indent=1), byte for byte, with the C encoder for every string: with `indent`,
+    json falls back to its Python encoder, which was a tenth of an unchanged corpus run here."""
+    inner = indent + " "
+    if isinstance(value, dict) and value:
+        items = (f"{inner}{json.dumps(key)}: {indented_json(item, inner)}" for key, item in value.items())
+        return "{\n" + ",\n".join(items) + f"\n{indent}}}"
+    if isinstance(value, list | tuple) and value:
+        return "[\n" + ",\n".join(inner + indented_json(item, inner) for item in value) + f"\n{indent}]"
+    return json.dumps(value)

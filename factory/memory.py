@@ -1,12 +1,19 @@
 """What `factory generate` remembers between runs, so that a recipe whose inputs did not change is not
 planned and rendered again: per recipe, the digest of everything its files are made from, and what it
-generated (each file's digest, its bake targets, its counts and messages).
+generated (each file's digest and stamp, its bake targets, its counts and messages).
 
 The digest covers the recipe file, the tree's shared files (taxonomy, strategies), the catalog, the lock
 and its sets, the factory's own code and templates, the command's options, and any model files the recipe
 ships: output is a pure function of these. A remembered recipe is trusted only while every file it generated
 is still on disk with the digest it was written with; otherwise it is planned again. The memory lives in the
 output folder (.factory-cache/, never committed); deleting it only costs time.
+
+Reading back every generated file to hash it was most of an unchanged run (45,000 files on the upstream
+corpus), so each file's stamp is remembered too, as git's index does: inode, size, modification and change
+time. A file whose stamp is unchanged is taken as unchanged; any other is read and hashed. The change time
+cannot be set by a user (a write, a rename or a chmod moves it), and a stamp within RACY_NS of the moment the
+recipe's stamps were taken is never trusted: file times come from a coarse clock, so a file rewritten within
+the same tick, at the same size, could keep its stamp.
 """
 
 from __future__ import annotations
@@ -14,7 +21,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass
+import time
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import factory
@@ -24,6 +32,9 @@ from factory.recipes.loader import LoadedRecipe
 from factory.render.outputs import BakeTarget
 
 CACHE = Path(".factory-cache") / "generate.json"
+RACY_NS = 100_000_000  # 100 ms: well above the file system clock's tick (1-10 ms on Linux)
+
+Stamp = tuple[int, int, int, int]  # inode, size, modification and change time (ns)
 
 
 @dataclass(frozen=True)
@@ -35,6 +46,8 @@ class Remembered:
     deployments: int
     skipped: list[str]  # one line per combination left out, with why
     findings: dict[str, list[str]]  # preflight finding -> the images it concerns
+    stamps: dict[str, Stamp] = field(default_factory=dict)  # path -> its stamp when last seen intact
+    stamped_ns: int = 0  # when those stamps were taken (just before)
 
 
 def digest_of(content: bytes) -> str:
@@ -72,19 +85,43 @@ def recipe_inputs(project: Project, loaded: LoadedRecipe, shared: str) -> str:
     return digest.hexdigest()
 
 
-def intact(out: Path, entry: Remembered) -> bool:
-    """Every file the recipe generated is on disk as it was written."""
-    base = str(out)
-    for path, (expected, executable) in entry.files.items():
+def stamp_of(status: os.stat_result) -> Stamp:
+    return (status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
+
+
+def stamped(out: Path, entry: Remembered) -> Remembered:
+    """The entry with the stamps of the files just written or compared for it."""
+    base, now = str(out), time.time_ns()
+    stamps: dict[str, Stamp] = {}
+    for path in entry.files:
         try:
-            with open(os.path.join(base, path), "rb") as handle:
-                if bool(os.fstat(handle.fileno()).st_mode & 0o100) != executable:
-                    return False
-                if digest_of(handle.read()) != expected:
-                    return False
+            stamps[path] = stamp_of(os.stat(os.path.join(base, path)))
+        except OSError:  # gone meanwhile: the next run reads it (and finds it missing)
+            continue
+    return replace(entry, stamps=stamps, stamped_ns=now)
+
+
+def intact(out: Path, entry: Remembered) -> Remembered | None:
+    """The entry, with its stamps brought up to date, when every file the recipe generated is on disk as it
+    was written; None otherwise."""
+    base, now = str(out), time.time_ns()
+    stamps: dict[str, Stamp] = {}
+    for path, (expected, executable) in entry.files.items():
+        full = os.path.join(base, path)
+        try:
+            status = os.stat(full)
+            if bool(status.st_mode & 0o100) != executable:
+                return None
+            stamp = stamp_of(status)
+            trusted = entry.stamps.get(path) == stamp and status.st_ctime_ns < entry.stamped_ns - RACY_NS
+            if not trusted:
+                with open(full, "rb") as handle:
+                    if digest_of(handle.read()) != expected:
+                        return None
         except OSError:
-            return False
-    return True
+            return None
+        stamps[path] = stamp
+    return entry if stamps == entry.stamps else replace(entry, stamps=stamps, stamped_ns=now)
 
 
 def read_memory(out: Path) -> dict[str, Remembered]:
@@ -99,11 +136,18 @@ def read_memory(out: Path) -> dict[str, Remembered]:
                 deployments=entry["deployments"],
                 skipped=list(entry["skipped"]),
                 findings={k: list(v) for k, v in entry["findings"].items()},
+                stamps={path: _stamp(value) for path, value in entry.get("stamps", {}).items()},
+                stamped_ns=int(entry.get("stamped_ns", 0)),
             )
             for recipe_id, entry in data["recipes"].items()
         }
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return {}
+
+
+def _stamp(value: list[int]) -> Stamp:
+    inode, size, modified, changed = (int(number) for number in value)
+    return (inode, size, modified, changed)
 
 
 def write_memory(out: Path, entries: dict[str, Remembered]) -> None:
@@ -125,4 +169,6 @@ def _as_data(entry: Remembered) -> dict[str, object]:
         "deployments": entry.deployments,
         "skipped": entry.skipped,
         "findings": entry.findings,
+        "stamps": entry.stamps,
+        "stamped_ns": entry.stamped_ns,
     }

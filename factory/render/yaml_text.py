@@ -3,6 +3,9 @@
 PyYAML's representer was most of the time `generate` spent on manifests (tens of thousands on the upstream
 corpus); these objects need none of its generality. A string is written plain only when YAML cannot read
 it as anything else, else as a JSON string (valid YAML); tests load every manifest back and compare.
+The writer is one recursive function with the scalars it has spelled remembered: a manifest repeats the
+same keys and values (names, labels, probe fields) hundreds of times, and over the corpus's million lines
+the calls were the cost, not the text.
 """
 
 from __future__ import annotations
@@ -15,56 +18,62 @@ from typing import Any
 _PLAIN = re.compile(r"(?:--?[A-Za-z]|[A-Za-z_/])[A-Za-z0-9_./-]*")
 # Words YAML 1.1 reads as booleans or null.
 _SPECIAL = {"y", "n", "yes", "no", "on", "off", "true", "false", "null"}
+_SPELLED: dict[str, str] = {}  # string -> how it is written (bounded: a cache, not a record)
+_SPELLED_MAX = 200_000
 
 
 def scalar(value: Any) -> str:
+    if type(value) is str:
+        spelled = _SPELLED.get(value)
+        if spelled is None:
+            plain = _PLAIN.fullmatch(value) and value.lower() not in _SPECIAL
+            spelled = value if plain else json.dumps(value)
+            if len(_SPELLED) < _SPELLED_MAX:
+                _SPELLED[value] = spelled
+        return spelled
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
         return str(value)
-    if not isinstance(value, str):
-        raise TypeError(f"no YAML for {value!r}")
-    if _PLAIN.fullmatch(value) and value.lower() not in _SPECIAL:
-        return value
-    return json.dumps(value)
+    if isinstance(value, str):  # a str subclass: spelled, never cached under its class
+        return scalar(str(value))
+    raise TypeError(f"no YAML for {value!r}")
 
 
-def _lines(value: Any, indent: str, out: list[str]) -> None:
+def _block(value: dict[str, Any] | list[Any], indent: str, out: list[str], first: str | None = None) -> None:
+    """Append the lines of a non-empty mapping or list at `indent`; `first` replaces the first line's
+    indent (a mapping that is a list item starts on the item's `- ` line)."""
     if isinstance(value, dict):
         for key, item in value.items():
-            _entry(f"{indent}{scalar(key)}:", item, indent, out)
-    else:
-        for item in value:
-            _item(item, indent, out)
-
-
-def _entry(head: str, item: Any, indent: str, out: list[str]) -> None:
-    if isinstance(item, dict | list) and item:
-        out.append(head)
-        _lines(item, indent + "  " if isinstance(item, dict) else indent, out)
-    else:
-        out.append(f"{head} {_flow(item)}")
-
-
-def _item(item: Any, indent: str, out: list[str]) -> None:
-    if isinstance(item, dict) and item:
-        nested: list[str] = []
-        _lines(item, indent + "  ", nested)
-        out.append(f"{indent}- {nested[0].lstrip()}")
-        out.extend(nested[1:])
-    elif isinstance(item, list) and item:
-        raise TypeError("a list directly in a list has no block form here")
-    else:
-        out.append(f"{indent}- {_flow(item)}")
+            head = f"{indent if first is None else first}{scalar(key)}:"
+            first = None
+            if item and isinstance(item, dict):
+                out.append(head)
+                _block(item, indent + "  ", out)
+            elif item and isinstance(item, list):
+                out.append(head)
+                _block(item, indent, out)
+            else:
+                out.append(f"{head} {_flow(item)}")
+        return
+    for item in value:
+        if item and isinstance(item, dict):
+            _block(item, indent + "  ", out, f"{indent}- ")
+        elif item and isinstance(item, list):
+            raise TypeError("a list directly in a list has no block form here")
+        else:
+            out.append(f"{indent}- {_flow(item)}")
 
 
 def _flow(item: Any) -> str:
-    if isinstance(item, dict | list):
-        return "{}" if isinstance(item, dict) else "[]"
+    if isinstance(item, dict):
+        return "{}"
+    if isinstance(item, list):
+        return "[]"
     return scalar(item)
 
 
 def dump(document: dict[str, Any]) -> str:
     out: list[str] = []
-    _lines(document, "", out)
+    _block(document, "", out)
     return "\n".join(out) + "\n"

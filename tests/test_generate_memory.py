@@ -1,0 +1,78 @@
+"""What `generate` trusts between runs: a generated file's stamp, never a stamp a user could have kept.
+
+An unchanged run no longer reads every generated file back (factory.memory: the stamps git's index keeps);
+these tests hold the two sides of that bargain: an unchanged run reads none of the files, and every edit a
+user can make, even one that keeps the size and sets the modification time back, is still found.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from factory.generate import generate
+from factory.memory import RACY_NS, read_memory
+from factory.project import load_project
+from tests.conftest import run_factory
+
+
+def _settled() -> None:
+    """Wait out the window in which a fresh stamp is not trusted (file times come from a coarse clock)."""
+    time.sleep(RACY_NS / 1e9 + 0.05)
+
+
+def test_an_unchanged_run_reads_no_generated_file_back(
+    scratch: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert run_factory(scratch, "generate").returncode == 0  # the memory, with every file's stamp
+    _settled()
+    remembered = {path for entry in read_memory(scratch).values() for path in entry.files}
+    assert remembered, "generate remembered no files"
+    opened: list[str] = []
+    real_open = builtins.open
+
+    def spying_open(file: Any, *args: Any, **kwargs: Any) -> Any:
+        opened.append(os.fspath(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", spying_open)
+    result = generate(load_project(scratch))
+    read_back = sorted(p for p in opened if os.path.relpath(p, scratch) in remembered)
+    assert result.planned == 0 and result.written == 0
+    assert read_back == [], f"an unchanged run read {len(read_back)} generated files, e.g. {read_back[:3]}"
+
+
+def test_an_edit_that_keeps_size_and_modification_time_is_still_found(scratch: Path) -> None:
+    assert run_factory(scratch, "generate").returncode == 0
+    _settled()
+    compose = next((scratch / "compose").rglob("compose.yaml"))
+    before = compose.read_bytes()
+    status = compose.stat()
+    edited = before.replace(b"a", b"b", 1)
+    assert edited != before and len(edited) == len(before)
+    compose.write_bytes(edited)
+    os.utime(compose, ns=(status.st_atime_ns, status.st_mtime_ns))  # as `touch -r` would set it back
+    assert compose.stat().st_mtime_ns == status.st_mtime_ns
+    check = run_factory(scratch, "generate", "--check")
+    assert check.returncode == 1 and f"changed: {compose.relative_to(scratch).as_posix()}" in check.stderr
+    assert run_factory(scratch, "generate").returncode == 0
+    assert compose.read_bytes() == before, "generate did not restore the edited file"
+
+
+def test_a_file_replaced_by_a_copy_with_the_old_times_is_still_found(scratch: Path) -> None:
+    """A copy made with `cp -p` keeps the times; it is a new inode with a new change time."""
+    assert run_factory(scratch, "generate").returncode == 0
+    _settled()
+    manifest = next((scratch / "k8s").rglob("manifest.yaml"))
+    before = manifest.read_bytes()
+    status = manifest.stat()
+    manifest.unlink()
+    manifest.write_bytes(before.replace(b"vllm", b"VLLM", 1))
+    os.utime(manifest, ns=(status.st_atime_ns, status.st_mtime_ns))
+    assert run_factory(scratch, "generate").returncode == 0
+    assert manifest.read_bytes() == before
