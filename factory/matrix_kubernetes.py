@@ -25,6 +25,8 @@ from factory.writer import difference
 # A test holds both ends to the releases tests/kubernetes_checks.py validates against.
 NEWEST_LWS = "v0.10.0"
 CORPUS_VARIABLE = "FACTORY_UPSTREAM_RECIPES"  # the tree the corpus tests check, where CI has it
+# What tests/kubernetes_checks.address_problems holds prefill/decode manifests to, beyond the rest.
+PD = "the router on stable pool names, every process on its pod address"
 KINDS = {"single_node": "Deployment", "multi_node": "LeaderWorkerSet", "pd_cluster": "prefill/decode"}
 
 
@@ -32,13 +34,13 @@ def _project_checks() -> dict[str, str]:
     first, last = kubernetes.KUBERNETES_VERSIONS
     common = f"Kubernetes {first} to {last} strict, kubectl kustomize, argv parity with compose"
     lws = f"LWS {kubernetes.MIN_LWS} to {NEWEST_LWS} CRD strict and webhook rules"
-    return {"single_node": common, "multi_node": f"{lws}, {common}"}
+    return {"single_node": common, "multi_node": f"{lws}, {common}", "pd_cluster": f"{lws}, {common}, {PD}"}
 
 
 def _corpus_checks() -> dict[str, str]:
     common = f"Kubernetes {kubernetes.KUBERNETES_VERSIONS[-1]} strict, argv parity with compose"
     lws = f"LWS {kubernetes.MIN_LWS} CRD strict and webhook rules"
-    return {"single_node": common, "multi_node": f"{lws}, {common}"}
+    return {"single_node": common, "multi_node": f"{lws}, {common}", "pd_cluster": f"{lws}, {common}, {PD}"}
 
 
 def ci_checks(project: Project) -> dict[str, str]:
@@ -82,8 +84,12 @@ def kubernetes_cell(blueprints: list[Blueprint], out: Path, checks: dict[str, st
     checked = bool(current) and all(kind in checks for kind in current)
     parts = [f"{'checked' if checked else 'generated, no test checks them'}: {counts}"] if current else []
     parts += [f"{len(stale)} stale or missing"] if stale else []
-    parts += [f"{waiting} prefill/decode: no manifest yet"] if waiting else []
+    parts += [f"{waiting} prefill/decode: no manifest, the router is not locked"] if waiting else []
     detail = [f"{KINDS[kind]}: {checks.get(kind, 'no test checks them')}" for kind in kinds]
     detail += [f"stale or missing (run `factory generate`): {', '.join(sorted(stale))}"] if stale else []
-    detail += ["prefill/decode: no manifest yet (the router image comes first)"] if waiting else []
+    detail += (
+        ["prefill/decode: no manifest until `factory lock` locks the router (a pod needs its image)"]
+        if waiting
+        else []
+    )
     return KubernetesCell("; ".join(parts), "\n".join(detail))

@@ -100,7 +100,7 @@ def test_a_tree_no_test_checks_claims_no_check_and_prefill_decode_has_no_manifes
     assert "(no test checks this tree's manifests)" in markdown
     assert all("generated, no test checks them:" in row and "checked:" not in row for row in rows)
     assert sum(int(row.rsplit("; ", 1)[1].split()[0]) for row in rows if "prefill/decode" in row) == pd
-    assert "prefill/decode: no manifest yet" in markdown
+    assert "prefill/decode: no manifest, the router is not locked" in markdown
 
 
 def test_the_page_shows_the_column_with_its_checks(tmp_path: Path) -> None:
