@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 import requests
 
 
@@ -71,3 +74,16 @@ class LocalRegistry:
         )
         response.raise_for_status()
         return list(response.json().get("repositories") or [])
+
+
+@contextlib.contextmanager
+def running_registry(folder: Path) -> Iterator[LocalRegistry]:
+    """A registry of the test's own on a free loopback port, storing under `folder`; removed after."""
+    if not (shutil.which("docker-registry") or Path("/usr/bin/docker-registry").exists()):
+        pytest.fail("docker-registry is missing; testbench/up installs it")
+    registry = LocalRegistry(folder)
+    registry.start()
+    try:
+        yield registry
+    finally:
+        registry.remove()

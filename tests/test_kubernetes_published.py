@@ -27,7 +27,7 @@ from factory.publish.pusher import push
 from factory.publish.registry import Credentials, manifest_digest
 from factory.render import kubernetes
 from tests.conftest import KIMI, ROOT, TINY, blueprint_of, run_factory
-from tests.registry import LocalRegistry
+from tests.registry import LocalRegistry, running_registry
 
 SMALL_IMAGE = "factory-local/debian:bookworm"  # testbench/up makes it: a real image, small to push
 
@@ -76,12 +76,8 @@ def test_without_a_record_every_deployment_runs_its_image_by_tag() -> None:
 
 @pytest.fixture
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRegistry]:
-    if not (shutil.which("docker-registry") or Path("/usr/bin/docker-registry").exists()):
-        pytest.fail("docker-registry is missing; testbench/up installs it")
-    reg = LocalRegistry(tmp_path_factory.mktemp("registry"))
-    reg.start()
-    yield reg
-    reg.remove()
+    with running_registry(tmp_path_factory.mktemp("registry")) as reg:
+        yield reg
 
 
 @pytest.fixture

@@ -33,7 +33,7 @@ from factory.publish.publisher import publish_image
 from factory.publish.pusher import PushFailed, push
 from factory.publish.registry import Credentials, manifest_digest, registry_request
 from tests.conftest import ROOT, TINY, blueprint_of, run_factory
-from tests.registry import LocalRegistry
+from tests.registry import LocalRegistry, running_registry
 
 pytestmark = [pytest.mark.docker, pytest.mark.e2e]
 
@@ -44,21 +44,15 @@ def tiny(project: Project) -> ImagePlan:
 
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRegistry]:
-    if not (shutil.which("docker-registry") or Path("/usr/bin/docker-registry").exists()):
-        pytest.fail("docker-registry is missing; testbench/up installs it")
-    reg = LocalRegistry(tmp_path_factory.mktemp("registry"))
-    reg.start()
-    yield reg
-    reg.remove()
+    with running_registry(tmp_path_factory.mktemp("registry")) as reg:
+        yield reg
 
 
 @pytest.fixture
 def empty_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRegistry]:
     """A registry of its own: one that already holds the layers would mount them, not upload them."""
-    reg = LocalRegistry(tmp_path_factory.mktemp("empty-registry"))
-    reg.start()
-    yield reg
-    reg.remove()
+    with running_registry(tmp_path_factory.mktemp("empty-registry")) as reg:
+        yield reg
 
 
 @pytest.fixture
