@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -16,6 +17,7 @@ import yaml
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
 import docker
+from docker.errors import ImageNotFound
 
 from factory.blueprint import Blueprint, select
 from factory.engine import OWNER_LABEL
@@ -156,3 +158,13 @@ def tiny_validation(project: Project, tiny_built, tmp_path_factory: pytest.TempP
 
     reports = tmp_path_factory.mktemp("reports")
     return validate_image(blueprint_of(project, TINY, "cpu"), reports), reports
+
+
+@pytest.fixture
+def untag(docker_client: docker.DockerClient) -> Iterator[list[str]]:
+    """Image references a test tags: removed after it (the image's layers stay for the next test)."""
+    references: list[str] = []
+    yield references
+    for reference in references:
+        with contextlib.suppress(ImageNotFound):
+            docker_client.images.remove(reference, noprune=True)

@@ -5,7 +5,6 @@ kustomize component every deployment's kustomization includes, and `kubectl kust
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import subprocess
@@ -17,7 +16,6 @@ from typing import Any
 import docker
 import pytest
 import yaml
-from docker.errors import ImageNotFound
 
 from factory.lock.published import PublishedImage, record_file, record_published
 from factory.plan.models import ImagePlan
@@ -78,15 +76,6 @@ def test_without_a_record_every_deployment_runs_its_image_by_tag() -> None:
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRegistry]:
     with running_registry(tmp_path_factory.mktemp("registry")) as reg:
         yield reg
-
-
-@pytest.fixture
-def untag(docker_client: docker.DockerClient) -> Iterator[list[str]]:
-    references: list[str] = []
-    yield references
-    for reference in references:
-        with contextlib.suppress(ImageNotFound):
-            docker_client.images.remove(reference, noprune=True)
 
 
 @pytest.mark.docker

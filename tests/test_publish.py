@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import hashlib
 import io
@@ -16,7 +15,6 @@ from typing import Any
 import docker
 import pytest
 import requests
-from docker.errors import ImageNotFound
 
 from factory.blueprint import plan_project
 from factory.errors import InputError, RefusedError
@@ -60,15 +58,6 @@ def login(registry: LocalRegistry, monkeypatch: pytest.MonkeyPatch) -> Credentia
     monkeypatch.setenv("FACTORY_REGISTRY_USER", registry.user)
     monkeypatch.setenv("FACTORY_REGISTRY_PASSWORD", registry.password)
     return Credentials(registry.user, registry.password)
-
-
-@pytest.fixture
-def untag(docker_client: docker.DockerClient) -> Iterator[list[str]]:
-    references: list[str] = []
-    yield references
-    for reference in references:
-        with contextlib.suppress(ImageNotFound):
-            docker_client.images.remove(reference, noprune=True)
 
 
 def test_publish_pushes_both_tags_and_the_registry_serves_that_digest(
