@@ -1,7 +1,7 @@
 """The one-node CPU Deployment as a real consumer of Deployment YAML runs it: Debian's `podman kube play`
 (podman 4.3) given exactly what `kubectl kustomize` prints for the committed folder, then a chat completion
-sent to the pod's address. Needs podman and catatonit (`apt-get install podman catatonit`; testbench/up
-does not install them, so elsewhere this test is skipped)."""
+sent to the pod's address. Needs podman and catatonit (testbench/up installs them; elsewhere this test is
+skipped, saying so)."""
 
 from __future__ import annotations
 
