@@ -565,10 +565,14 @@ def test_pd_manifests_validate_against_every_lws_release_kubernetes_and_kustomiz
             for release in checks.LWS_RELEASES:
                 assert checks.schema_problems(doc, release) == [], release
             assert checks.webhook_problems(doc) == []
-    (tmp_path / "manifest.yaml").write_text(kubernetes.render(pd))
-    (tmp_path / "kustomization.yaml").write_text(kubernetes.kustomization(pd))
+    # In its place under k8s/, beside the component of published images every kustomization includes.
+    folder = tmp_path / kubernetes.directory(pd)
+    folder.mkdir(parents=True)
+    shutil.copytree(K8S / kubernetes.IMAGES_COMPONENT.name, tmp_path / kubernetes.IMAGES_COMPONENT)
+    (folder / "manifest.yaml").write_text(kubernetes.render(pd))
+    (folder / "kustomization.yaml").write_text(kubernetes.kustomization(pd))
     result = subprocess.run(
-        [_kubectl(), "kustomize", str(tmp_path)], capture_output=True, text=True, timeout=60
+        [_kubectl(), "kustomize", str(folder)], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stderr
     rendered = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
