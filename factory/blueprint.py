@@ -27,6 +27,7 @@ from factory.recipes.loader import LoadedRecipe, RecipeProblem, RecipeTree
 from factory.render.hashing import hashed_context
 from factory.render.outputs import OutputFile, compose_outputs, kubernetes_outputs
 from factory.router.image import router_image
+from factory.router.lock import PLATFORM as ROUTER_PLATFORM
 from factory.synthesis.matrix import Combination, Refusal, combinations, hardware_for
 
 _NOT_JUDGED = JudgedVersion(None, "not judged")
@@ -230,6 +231,7 @@ def _deployment(
         image=image.reference,
         router_image=_router(project) if planned.deploy_type == "pd_cluster" else ROUTER_IMAGE,
         host_network=host_network,
+        platforms=(image.platform, ROUTER_PLATFORM),
         deployment=f"{image.slug}.{image.hardware}-{image.variant}.{combo.strategy}",
     )
     return Deployment(

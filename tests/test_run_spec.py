@@ -39,6 +39,7 @@ MUTATIONS: dict[str, Callable[[RunSpec], Any]] = {
     "secrets": lambda spec: (*spec.secrets, Secret(env="OTHER_TOKEN", what="another token")),
     "gpu_request": lambda spec: GpuRequest(driver="nvidia", capabilities=["gpu"]),
     "gpus": lambda spec: spec.gpus + 3,
+    "platform": lambda spec: "linux/arm64" if spec.platform == "linux/amd64" else "linux/amd64",
     "devices": lambda spec: (*spec.devices, "/dev/infiniband"),
     "groups": lambda spec: (*spec.groups, "render"),
     "security_opt": lambda spec: (*spec.security_opt, "apparmor=unconfined"),

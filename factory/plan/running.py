@@ -20,6 +20,7 @@ def process_groups(
     image: str,
     router_image: str,
     host_network: bool,
+    platforms: tuple[str, str],  # the CPU platforms of the image and of the router's image
     deployment: str,
 ) -> tuple[ProcessGroup, ...]:
     groups: list[ProcessGroup] = []
@@ -39,6 +40,7 @@ def process_groups(
             spec = process_spec(
                 run,
                 image=image if first.program == "vllm" else router_image,
+                platform=platforms[0] if first.program == "vllm" else platforms[1],
                 program=first.program,
                 args=args,
                 env=env,

@@ -71,6 +71,7 @@ class RunSpec(Frozen):
     A spec whose values contain FromIndex is a template; `at(index)` gives the spec of one node."""
 
     image: str  # a reference, or a $SETTING naming one (the PD router's, for now)
+    platform: str  # the CPU platform the image is built for (linux/amd64, linux/arm64)
     program: Literal["vllm", "vllm-router"]
     args: tuple[Value, ...]  # after the entrypoint: `vllm serve`'s [model, *flags], or vllm-router's flags
     env: tuple[tuple[str, Value], ...]
@@ -186,6 +187,7 @@ class Run(Frozen):
 def process_spec(
     run: Run,
     image: str,
+    platform: str,
     program: Literal["vllm", "vllm-router"],
     args: Sequence[Value],
     env: Sequence[tuple[str, Value]],
@@ -222,6 +224,7 @@ def process_spec(
     is_vllm = program == "vllm"
     return RunSpec(
         image=image,
+        platform=platform,
         program=program,
         args=tuple(args),
         env=tuple(env),

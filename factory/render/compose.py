@@ -18,6 +18,8 @@ from factory.render.templating import environment
 CANNOT_EXPRESS = {
     "gpus": "Docker does not allocate GPUs: a device request for N always takes the node's first N, so "
     "every process reserves all of its node's GPUs (the recipe pages' --gpus all)",
+    "platform": "not printed: an image tag names the build for one CPU platform, and the engine runs it "
+    "on its own (Kubernetes needs it to choose a node)",
 }
 IMAGE_SETTING = "FACTORY_IMAGE"  # runs another image (a mirror, a test build) with the same file
 ROUTER_IMAGE_SETTING = "VLLM_ROUTER_IMAGE"  # the same for the PD router's image

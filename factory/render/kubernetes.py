@@ -32,7 +32,6 @@ from factory.plan.models import Deployment
 from factory.plan.runspec import FromIndex, ProcessGroup, RunSpec, Value
 from factory.plan.settings import PLACEHOLDER, known_setting, setting
 from factory.render import yaml_text
-from factory.router.lock import PLATFORM as ROUTER_PLATFORM
 
 Manifest = dict[str, Any]
 
@@ -315,9 +314,8 @@ def pod_template(
     container |= _resources(spec) | _security(spec) | {"volumeMounts": mounts} | _probes(spec)
     annotations = dict(spec.labels)
     annotations["ai.vllm.factory.gpus"] = str(spec.gpus)  # the GPUs the process uses
-    platform = deployment.image.platform if spec.program == "vllm" else ROUTER_PLATFORM
     pod: dict[str, Any] = {
-        "nodeSelector": {"kubernetes.io/arch": ARCHITECTURES[platform]},
+        "nodeSelector": {"kubernetes.io/arch": ARCHITECTURES[spec.platform]},
         "containers": [container],
         "volumes": volumes,
     }

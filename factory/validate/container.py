@@ -34,6 +34,7 @@ CANNOT_EXPRESS = {
     "gpus": "Docker does not allocate GPUs: a device request for N always takes the node's first N, so "
     "every process reserves all of its node's GPUs (the recipe pages' --gpus all)",
     "program": "the image's entrypoint runs the program: a container names none",
+    "platform": "the validation runs the image it built, on this machine's CPU platform",
 }
 
 
