@@ -66,7 +66,11 @@ def podman_image(podman: tuple[str, dict[str, str]], tiny_built: Any) -> Iterato
     present = subprocess.run([binary, "image", "exists", local], env=env, check=False).returncode == 0
     if not present:
         with subprocess.Popen(["docker", "save", tiny_built.image], stdout=subprocess.PIPE) as save:
-            subprocess.run([binary, "load"], stdin=save.stdout, env=env, check=True, capture_output=True)
+            loaded = subprocess.run(
+                [binary, "load"], stdin=save.stdout, env=env, check=False, capture_output=True
+            )
+        # podman stores its own copy of the image (3.4 GB) after reading the whole archive: name the cause.
+        assert loaded.returncode == 0, f"podman load: {loaded.stderr.decode(errors='replace')[-2000:]}"
     yield local
     if not present:
         subprocess.run([binary, "rmi", local], env=env, check=False, capture_output=True)
