@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from types import UnionType
@@ -137,6 +138,16 @@ def parse_model(model: type[ModelT], data: Any, path: Path, prefix: str = "") ->
 
 def load_model(model: type[ModelT], path: Path) -> ModelT:
     return parse_model(model, read_yaml(path), path)
+
+
+def load_json_model(model: type[ModelT], path: Path, what: str, hint: str) -> ModelT:
+    """A JSON file the factory wrote (the lock, the router's lock, the publish record) as `model`; JSON that
+    does not parse is named as `what`, with `hint` saying how to make it again."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise InputError(f"the {what} is not valid JSON: {exc}", file=path, hint=hint) from None
+    return parse_model(model, data, path)
 
 
 def _as_input_error(exc: ValidationError, model: type[BaseModel], path: Path, prefix: str) -> InputError:

@@ -18,7 +18,7 @@ from pydantic import Field
 from factory.errors import InputError
 from factory.files import write_text_atomic
 from factory.models_base import Strict
-from factory.yamlfile import parse_model
+from factory.yamlfile import load_json_model
 
 RECORD_NAME = "published.json"
 COMMENT = "written by `factory publish`: what it pushed, by image reference; read by `factory generate`"
@@ -56,13 +56,7 @@ def read_record(path: Path) -> PublishRecord:
     """The record at `path`; an empty one when nothing was published yet."""
     if not path.is_file():
         return PublishRecord()
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise InputError(
-            f"the publish record is not valid JSON: {exc}", file=path, hint="publish again, or delete it"
-        ) from None
-    record = parse_model(PublishRecord, data, path)
+    record = load_json_model(PublishRecord, path, "publish record", hint="publish again, or delete it")
     for reference in record.images:
         if not REFERENCE.fullmatch(reference):  # printed into generated YAML: nothing else may get there
             raise InputError(

@@ -11,7 +11,7 @@ from factory.errors import InputError
 from factory.files import write_text_atomic
 from factory.lock.model import Lock
 from factory.recipes.loader import recipe_paths
-from factory.yamlfile import parse_model
+from factory.yamlfile import load_json_model
 
 LOCK_NAME = "vllm.lock.json"
 SETS = "sets"
@@ -42,11 +42,7 @@ def inputs_digest(tree: Path, catalog: Path) -> str:
 def read_lock(path: Path) -> Lock | None:
     if not path.is_file():
         return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise InputError(f"the lock is not valid JSON: {exc}", file=path, hint="run `factory lock`") from None
-    return parse_model(Lock, data, path)
+    return load_json_model(Lock, path, "lock", hint="run `factory lock`")
 
 
 def write_lock(path: Path, lock: Lock, sets: dict[str, str]) -> None:

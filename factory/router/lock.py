@@ -14,7 +14,7 @@ from factory.files import write_text_atomic
 from factory.lock import index
 from factory.project import Project
 from factory.reporter import Reporter, silent
-from factory.yamlfile import parse_model
+from factory.yamlfile import load_json_model
 
 PACKAGE = "vllm-router"
 FOLDER = "router"
@@ -45,13 +45,7 @@ def read_router_lock(project: Project) -> RouterLock | None:
     path = lock_path(project)
     if not path.is_file():
         return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise InputError(
-            f"the router lock is not valid JSON: {exc}", file=path, hint="run `factory lock`"
-        ) from None
-    return parse_model(RouterLock, data, path)
+    return load_json_model(RouterLock, path, "router lock", hint="run `factory lock`")
 
 
 def locked_text(project: Project, name: str, digest: str) -> str:
