@@ -103,15 +103,16 @@ def write_testbench_settings(path: Path, base_image: str) -> None:
             f'ca_bundle = "{ca_bundle}"',
         ]
     find_links = os.environ.get("PIP_FIND_LINKS")
-    if find_links and Path(find_links).is_dir():
+    if find_links and Path(find_links).is_dir() and any(Path(find_links).glob("*.whl")):
         lines += [
-            "# Wheels on this machine that no index serves (the +cpu torch).",
+            "# Wheels on this machine that no index serves (a +cpu torch).",
             f'find_links = "{find_links}"',
         ]
-        lines += [
-            "# The PyTorch CPU index is unreachable here; the +cpu torch comes from find_links.",
-            'pip_extra_index_url = ""',
-        ]
+    lines += [
+        "# Only the package index is reached from here (the PyTorch indexes are not): the +cpu torch comes",
+        "# from find_links when this machine has it, else the catalog's stand-in is locked.",
+        'pip_extra_index_url = ""',
+    ]
     write_text_atomic(path, "\n".join(lines) + "\n")
 
 

@@ -66,6 +66,14 @@ class IndexUse(Strict):
         return not self.platforms or platform in self.platforms
 
 
+class StandIn(Strict):
+    """A package whose index build of the same release stands in for a local build (`torch==2.13.0+cpu`)
+    that no index the install reaches serves; the locked set records the substitution."""
+
+    package: str
+    why: str
+
+
 class Install(Strict):
     """How vLLM gets into an image: pip into a venv, or preinstalled in a vendor image."""
 
@@ -84,6 +92,7 @@ class Install(Strict):
     local_wheels: bool = False
     remove_packages: list[str] = []  # wheels that clash with the torch build: never in the locked set
     remove_packages_reason: str | None = None
+    stand_ins: list[StandIn] = []
     images: list[PublishedImage] = []
     arch_coverage: list[ArchCoverage] = []
     wheels_from: WheelsFrom | None = None

@@ -159,13 +159,15 @@ def cmd_lock(project: Project, args: argparse.Namespace) -> int:
     from factory.settings import load_settings
 
     upgrade = args.upgrade if args.upgrade != "" else "*"
-    result = lock(project, load_settings(project.root), upgrade, report=say)
+    result = lock(project, load_settings(project.root), upgrade, report=say, refresh=args.refresh)
     say(
         f"locked {result.releases} releases ({result.kept} kept, {len(result.moved)} moved);"
         f" {result.sets_resolved} sets resolved, {result.sets_kept} kept: {project.lock_path}"
     )
     for line in result.moved:
         say(f"  moved {line}")
+    for line in result.passed_over:
+        say(f"  passed over: {line}")
     for line in [*result.none, *result.unresolvable]:
         warn(f"  not buildable: {line}")
     from factory.router.lock import lock_path, lock_router

@@ -113,6 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
         const="",
         help="move versions on purpose: every recipe, or the one named (default: keep what is locked)",
     )
+    lck.add_argument(
+        "--refresh",
+        action="store_true",
+        help="try again the releases passed over because a requirement was served by no index; recipes "
+        "move up to those that install now (asks the indexes only about those requirements)",
+    )
     lck.set_defaults(func=cmd_lock)
 
     args_check = sub.add_parser(

@@ -33,6 +33,37 @@ class IndexUnavailable(FactoryError):
     """The package index could not answer (unreachable, or nothing satisfies the request)."""
 
 
+class RequirementNotServed(IndexUnavailable):
+    """The set cannot be resolved because one requirement is served by no index the install names."""
+
+    def __init__(self, message: str, requirement: str) -> None:
+        super().__init__(message)
+        self.requirement = requirement
+
+
+# How uv's resolver says that a requirement is served by none of the indexes it asked (its words, from
+# `uv pip compile`; `vllm==0.34.0` requires `flashinfer-python==0.7.3`, which PyPI never published).
+_NOT_SERVED = (
+    re.compile(r"there (?:is|are) no versions? of (?P<requirement>[A-Za-z0-9][^\s,]*)"),
+    re.compile(r"(?P<requirement>[A-Za-z0-9][^\s,]*) has no wheels with a matching (?:platform|Python)"),
+    re.compile(
+        r"only [A-Za-z0-9][^\s,]* is available and \S+ depends on (?P<requirement>[A-Za-z0-9][^\s,]*)"
+    ),
+    re.compile(r"(?P<requirement>[A-Za-z0-9][A-Za-z0-9._-]*) was not found in the package registry"),
+)
+
+
+def not_served(message: str) -> str | None:
+    """The requirement uv's message says no index serves, if that is what it says (without the markers uv
+    writes into it: `torch{platform_machine == 'x86_64'}==2.13.0+cpu` is `torch==2.13.0+cpu`)."""
+    flat = re.sub(r"\{[^{}]*\}", "", " ".join(message.split()))
+    for pattern in _NOT_SERVED:
+        found = pattern.search(flat)
+        if found:
+            return found["requirement"].rstrip(".")
+    return None
+
+
 @dataclass(frozen=True)
 class Sources:
     """The indexes one resolution asks, in order: names and URLs; `default` is the name of the index the
@@ -126,11 +157,14 @@ def compile_set(
     find_links: Path | None,
     sources: Sources = Sources(),
     pins: str | None = None,
+    no_deps: bool = False,
+    overrides: list[str] | None = None,
 ) -> Compiled:
     """`uv pip compile --generate-hashes` of the requirements for one platform and Python: the text of a
     requirements file that pins every package with its hashes (the packages in `exclude` left out), and
     which index served each. `pins`: a requirements file whose versions constrain the resolution (a set
-    locked before the index record, resolved again without moving)."""
+    locked before the index record, resolved again without moving). `overrides`: requirements that replace
+    every requirement on the same package (uv's --override), for the catalog's stand-ins."""
     with tempfile.TemporaryDirectory(prefix="factory-lock-") as folder:
         source = Path(folder) / "requirements.in"
         source.write_text("\n".join(requirements) + "\n", encoding="utf-8")
@@ -141,6 +175,8 @@ def compile_set(
         ]  # fmt: skip
         for name in exclude:
             command += ["--no-emit-package", name]
+        if no_deps:
+            command.append("--no-deps")
         if find_links:
             command += ["--find-links", str(find_links)]
         command += sources.flags()
@@ -148,14 +184,59 @@ def compile_set(
             constraints = Path(folder) / "pins.txt"
             constraints.write_text("\n".join(_pinned(pins)) + "\n", encoding="utf-8")
             command += ["--constraint", constraints.name]
+        if overrides:
+            (Path(folder) / "overrides.txt").write_text("\n".join(overrides) + "\n", encoding="utf-8")
+            command += ["--override", "overrides.txt"]
         # Run in the folder, so the file's annotations name `requirements.in`, not a temporary path.
         result = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False, cwd=folder)
     if result.returncode != 0:
         why = " ".join(result.stderr.strip().splitlines()[-6:])[-600:]
-        raise IndexUnavailable(
-            f"uv could not resolve {' '.join(requirements)} for {platform}, Python {python}: {why}"
-        )
+        message = f"uv could not resolve {' '.join(requirements)} for {platform}, Python {python}: {why}"
+        missing = not_served(result.stderr)
+        if missing is not None and not any(_same_package(missing, wanted) for wanted in requirements):
+            raise RequirementNotServed(message, missing)
+        raise IndexUnavailable(message)
     return _annotated(result.stdout, sources)
+
+
+def answer(
+    requirement: str, platform: str, python: str, find_links: Path | None, sources: Sources = Sources()
+) -> str | None:
+    """What the indexes give for one requirement alone on a platform (its dependencies aside): the pin they
+    resolve it to (`flashinfer-python==0.7.4`), or None when they serve nothing that satisfies it. A
+    passed-over release is resolved again only when this changes."""
+    try:
+        compiled = compile_set([requirement], platform, python, [], find_links, sources, no_deps=True)
+    except RequirementNotServed:
+        return None
+    except IndexUnavailable as exc:
+        if "No solution found" in str(exc) or not_served(str(exc)) is not None:
+            return None
+        raise
+    pins = [line.split()[0] for line in compiled.text.splitlines() if _REQUIREMENT_LINE.match(line)]
+    return pins[0] if pins else None
+
+
+_REQUIREMENT_LINE = re.compile(r"^[A-Za-z0-9][\w.-]*==")
+
+
+def nearest(versions: list[Version], requirement: str, most: int = 4) -> list[str]:
+    """The releases of a required package nearest the one asked for: those of its series, else the newest."""
+    asked = re.search(r"(?:==|>=|~=|<=|>|<)\s*(?P<version>[0-9][^,;\s]*)", requirement)
+    series: list[Version] = []
+    if asked:
+        try:
+            wanted = Version(asked["version"])
+            series = [v for v in versions if v.release[:2] == wanted.release[:2]]
+        except InvalidVersion:
+            series = []
+    return [str(v) for v in (series or versions)[:most]]
+
+
+def _same_package(requirement: str, wanted: str) -> bool:
+    name = re.split(r"[=<>!~;\[ ]", requirement, maxsplit=1)[0]
+    other = re.split(r"[=<>!~;\[ ]", wanted, maxsplit=1)[0]
+    return re.sub(r"[-_.]+", "-", name).lower() == re.sub(r"[-_.]+", "-", other).lower()
 
 
 def _annotated(output: str, sources: Sources) -> Compiled:

@@ -18,6 +18,9 @@ NO_CITED_SOURCE = "no cited source"  # no vendor image with a public source for 
 NO_RELEASE = "no release satisfies"  # the index has no release the recipe accepts
 INDEX_UNREACHABLE = "index not reachable here"  # an index the install names does not answer here
 NOT_RESOLVABLE = "not resolvable"  # the indexes answer, but no complete set exists for the target
+# The release requires a package (a version of it) that no index the install names serves: asked for
+# exactly, it stays unbuildable; otherwise the lock passes over it for the newest release that installs.
+NOT_SERVED = "requirement not served"
 NOT_LOCKED = "not locked"  # run `factory lock`
 NO_BASE_IMAGE = "no base image"  # the catalog has no base image for the set's CUDA version
 OMNI = "vllm-omni"  # vllm-omni cannot run on this hardware, or no vllm-omni release runs with the vLLM
@@ -32,6 +35,9 @@ class Release(Strict):
     base_image: str | None = None  # a vendor image the recipe names for this release (ROCm)
     cause: str | None = None  # when there is no release: one of the causes above
     omni: str | None = None  # omni recipes: the vllm-omni release installed with this vLLM
+    # Newer releases the recipe accepts that were passed over because they cannot be installed: keys of
+    # Lock.passed_over, newest first (None, not an empty list: the lock file stays as it was without them).
+    passed_over: list[str] | None = None
 
 
 class LockedSet(Strict):
@@ -54,6 +60,34 @@ class LockedSet(Strict):
     unreachable_index: str | None = None
     indexes: dict[str, str] = {}  # name -> URL of every index the resolution asked besides the default
     served: dict[str, str] = {}  # package -> the index whose files the set pins (or find-links)
+    # The requirement no index serves (`flashinfer-python==0.7.3`), when that is why it cannot be resolved.
+    missing: str | None = None
+    # A requirement met by another build of the same release (the catalog's stand-ins): "torch==2.13.0
+    # for torch==2.13.0+cpu", with the catalog's reason.
+    stand_in: str | None = None
+
+
+class PassedOver(Strict):
+    """A release the lock did not choose, although the recipe accepts it, because one of its requirements
+    is served by no index the install names. It is tried again when the index's answer for that
+    requirement differs from the one recorded here, or when the user asks (`--refresh`, `--upgrade`)."""
+
+    package: str
+    vllm: str
+    platform: str
+    requirement: str  # what no index serves: `flashinfer-python==0.7.3`
+    # What the indexes give for that requirement alone on the platform: the pin they resolve it to, or
+    # None for nothing. A change is what makes the release worth resolving again.
+    answer: str | None = None
+    served: list[str] = []  # the releases of that package the indexes list, nearest first (for people)
+    why: str  # the resolver's own words
+
+    def describe(self) -> str:
+        listed = f" (the indexes serve {', '.join(self.served)})" if self.served else ""
+        return (
+            f"{self.package} {self.vllm} passed over on {self.platform}: it requires {self.requirement}, "
+            f"which no index serves{listed}"
+        )
 
 
 class Lock(Strict):
@@ -62,6 +96,7 @@ class Lock(Strict):
     uv: str | None = None  # the uv release images install with (its hashes are in uv-<platform>.txt)
     releases: dict[str, dict[str, dict[str, Release]]] = {}  # recipe -> variant -> install -> release
     sets: dict[str, LockedSet] = {}
+    passed_over: dict[str, PassedOver] | None = None  # set key -> why that release was not chosen
 
 
 UV_PYTHON = "3.11"  # uv's wheels are one binary for every Python; the resolver needs one to aim at

@@ -136,6 +136,7 @@ def install_spec(
         lock_key=key,
         local_wheels=install.local_wheels,
         torch=locked.torch,
+        stand_in=locked.stand_in,
         cuda=locked.cuda,
         uv_requirements=set_text(project.lock_path, uv.requirements, uv.digest),
         heavy_requirements=heavy,

@@ -33,6 +33,7 @@ class InstallSpec(Frozen):
     lock_key: str | None = None  # pip installs: the locked set installed
     local_wheels: bool = False  # takes wheels from the find_links setting (the +cpu torch)
     torch: str | None = None
+    stand_in: str | None = None  # "torch==2.13.0 for torch==2.13.0+cpu": the catalog's stand-in, if used
     cuda: str | None = None
     uv_requirements: str = ""  # uv, hash-locked, which the install step bootstraps
     heavy_requirements: str = ""  # torch and the CUDA libraries it pulls in: the first, shared layer
