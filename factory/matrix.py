@@ -5,6 +5,7 @@ or GPU). Written as self-contained HTML (no script, no remote resource) and Mark
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import subprocess
@@ -18,6 +19,7 @@ from docker.errors import DockerException
 
 from factory.blueprint import Blueprint, Blueprints
 from factory.matrix_kubernetes import KINDS, KubernetesCell, kubernetes_cell
+from factory.plan.models import ImagePlan
 from factory.render.templating import environment
 from factory.reporter import Reporter, silent
 from factory.tools import hadolint_binary
@@ -124,7 +126,7 @@ def coverage(
         for blueprint in plan.images:
             image = blueprint.image
             row = matrix.rows.setdefault(f"{image.model_id} ({image.variant})", {})
-            row[image.hardware] = _cell(blueprint, root, reports, images, lint)
+            row[image.hardware] = _with_passed_over(_cell(blueprint, root, reports, images, lint), image)
             by_row.setdefault(f"{image.model_id} ({image.variant})", []).append(blueprint)
             _column(hardware, image.hardware)
             done += 1
@@ -137,6 +139,13 @@ def coverage(
 def _column(hardware: list[str], key: str) -> None:
     if key not in hardware:
         hardware.append(key)
+
+
+def _with_passed_over(cell: Cell, image: ImagePlan) -> Cell:
+    """The tooltip also says which newer release the lock passed over for the image, and why."""
+    if not image.passed_over:
+        return cell
+    return dataclasses.replace(cell, detail="\n".join([cell.detail, *image.passed_over]))
 
 
 def _cell(

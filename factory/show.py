@@ -16,10 +16,13 @@ from factory.synthesis.args import units
 def install_commands(image: ImagePlan) -> list[str]:
     """What the image's Dockerfile runs to install vLLM (or why the factory builds no image here)."""
     install = image.install
+    passed = [f"# {note}" for note in image.passed_over]
     if install is None:
-        return [f"# no image: {image.unbuildable}"]
+        return [f"# no image: {image.unbuildable}", *passed]
     if install.kind == "vendor-image":
         return [f"docker pull {install.base_image}  # vLLM {image.vllm_version} preinstalled"]
+    if install.stand_in:
+        passed.append(f"# {install.stand_in}: the catalog's stand-in for a build no index here serves")
     extra = f" --extra-index-url {install.extra_index_url}" if install.extra_index_url else ""
     folder = image.directory / "requirements"
     what = (
@@ -27,13 +30,17 @@ def install_commands(image: ImagePlan) -> list[str]:
         f"the other dependencies of {install.package}",
         f"{install.package}=={image.vllm_version}: the locked set {install.lock_key}",
     ) + ((f"vllm-omni=={install.omni} and what only it needs",) if install.omni else ())
-    return [
-        f"python{install.python} -m venv /opt/vllm && . /opt/vllm/bin/activate",
-        f"pip install --require-hashes --no-deps --target /tmp/uv -r {folder}/uv.txt",
-    ] + [
-        f"/tmp/uv/bin/uv pip install --require-hashes --no-deps{extra} -r {folder}/{name}  # {comment}"
-        for (name, _), comment in zip(install.layers, what, strict=True)
-    ]
+    return (
+        passed
+        + [
+            f"python{install.python} -m venv /opt/vllm && . /opt/vllm/bin/activate",
+            f"pip install --require-hashes --no-deps --target /tmp/uv -r {folder}/uv.txt",
+        ]
+        + [
+            f"/tmp/uv/bin/uv pip install --require-hashes --no-deps{extra} -r {folder}/{name}  # {comment}"
+            for (name, _), comment in zip(install.layers, what, strict=True)
+        ]
+    )
 
 
 def _lines(words: list[str]) -> str:

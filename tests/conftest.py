@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
 import os
 import shutil
 import subprocess
@@ -29,6 +30,32 @@ KIMI = "moonshotai/Kimi-Linear-48B-A3B-Instruct"
 # The project's omni recipe: vLLM 0.12.0 with vllm-omni 0.12.0rc1.
 SD35 = "stabilityai/stable-diffusion-3.5-medium"
 TINY = "factory/tiny-random-llama"
+
+
+def bounded_difference(expected: bytes, got: bytes, name: str, most: int = 12) -> str:
+    """What differs between two versions of a file, at most `most` lines: pytest's own diff of two large
+    files takes minutes (a 3,000-line requirements file took over ten), and helps no one."""
+    old = expected.decode(errors="replace").splitlines()
+    new = got.decode(errors="replace").splitlines()
+    changed = list(difflib.unified_diff(old, new, "expected", "got", lineterm="", n=0))
+    shown = changed[2 : 2 + most]
+    more = len(changed) - 2 - len(shown)
+    return (
+        f"{name} differs ({len(old)} lines against {len(new)}):\n"
+        + "\n".join(shown)
+        + (f"\n... {more} more lines of difference" if more > 0 else "")
+    )
+
+
+def assert_same_files(expected: dict[str, bytes], got: dict[str, bytes], what: str) -> None:
+    """Two folders' files are the same bytes; a difference is reported in a few lines per file."""
+    missing, extra = sorted(set(expected) - set(got)), sorted(set(got) - set(expected))
+    differing = [name for name in sorted(set(expected) & set(got)) if expected[name] != got[name]]
+    if missing or extra or differing:
+        lines = [f"{what}: {len(differing)} files differ, {len(missing)} missing, {len(extra)} extra"]
+        lines += [f"missing: {name}" for name in missing[:5]] + [f"extra: {name}" for name in extra[:5]]
+        lines += [bounded_difference(expected[name], got[name], name) for name in differing[:3]]
+        pytest.fail("\n".join(lines), pytrace=False)
 
 
 @pytest.fixture(scope="session")

