@@ -56,4 +56,24 @@ class BuildLog:
             return "\n".join(self.lines[-tail:])
         prefix = f"#{self.error_step} "
         step_log = [line[len(prefix) :] for line in self.lines if line.startswith(prefix)]
+        step_log = _without_hash_lists(step_log)
         return "\n".join([f"step {self.steps.get(self.error_step, '?')}", *step_log[-tail:]])
+
+
+_HASH_LINE = re.compile(r"^[\d.]*\s+sha256:[0-9a-f]{64}\s*$")
+
+
+def _without_hash_lists(lines: list[str]) -> list[str]:
+    """uv's hash mismatch lists every hash the lock allows (one per wheel of the release: 50 for torch), which
+    would push the package's name out of the failure's tail: each run of them is one line."""
+    out: list[str] = []
+    run = 0
+    for line in [*lines, ""]:
+        if _HASH_LINE.match(line):
+            run += 1
+            continue
+        if run:
+            out.append(f"  ({run} sha256 hashes)")
+            run = 0
+        out.append(line)
+    return out[:-1]
