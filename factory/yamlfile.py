@@ -30,6 +30,21 @@ _UNION_MEMBERS = re.compile(r"^(str|int|float|bool|list\[.*|dict\[.*|literal\[.*
 class _Loader(_BaseLoader):  # type: ignore[misc]
     """Safe YAML that refuses a key written twice in one mapping (YAML would keep the last in silence)."""
 
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        """A scalar whose tag's constructor refuses it (`2026-02-30` is a date that does not exist, `!!int
+        abc`, an integer past Python's 4,300 digits) is an error at its place in the file, not a crash."""
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, OverflowError, TypeError, KeyError) as exc:
+            value = node.value if isinstance(node, yaml.ScalarNode) else node.tag
+            what = node.tag.rsplit(":", 1)[-1]
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                f"{shown(str(value)[:80])} cannot be read as YAML's {what} type: {str(exc)[:120]}",
+                node.start_mark,
+            ) from None
+
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, yaml.Node] = {}
         for key_node, _ in node.value:
