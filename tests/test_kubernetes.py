@@ -70,6 +70,25 @@ def test_every_deployment_kubernetes_runs_has_a_manifest_and_a_kustomization(
         assert expected_kinds | {"Service"} <= set(kinds), (d.strategy, kinds)
 
 
+def test_no_object_is_named_like_one_a_controller_makes_and_every_name_fits_what_it_builds() -> None:
+    """What controllers do, which no schema shows (issue 31): LWS names its headless Service after the LWS
+    and makes none when a Service of that name exists (the leader's DNS name then never resolves); LWS names
+    a group's worker StatefulSet `<lws>-<group>`, whose pods the StatefulSet controller labels
+    `controller-revision-hash: <statefulset>-<hash of up to 10 characters>`, a label value of at most 63."""
+    manifests = sorted(K8S.rglob("manifest.yaml"))
+    groups = 0
+    for path in manifests:
+        documents = _documents(path)
+        lws = [d["metadata"]["name"] for d in documents if d["kind"] == "LeaderWorkerSet"]
+        services = {d["metadata"]["name"] for d in documents if d["kind"] == "Service"}
+        assert not services & set(lws), f"{path}: a Service has the name of an LWS's headless Service"
+        for name in lws:
+            groups += 1
+            worst = f"{name}-99-{'x' * 10}"  # the 100th group's worker pods' controller-revision-hash
+            assert len(worst) <= 63, f"{path}: {name} ({len(name)} characters) gives labels of {len(worst)}"
+    assert groups >= 40, "the project's multi-node and P/D deployments were checked"
+
+
 def test_each_manifest_reads_back_as_the_objects_it_was_printed_from(project: Project) -> None:
     """The YAML is written directly (not by PyYAML): loaded back, it is every object, value for value."""
     for deployment in _deployments(project):

@@ -128,13 +128,26 @@ def directory(deployment: Deployment) -> PurePosixPath:
     return base / f"{deployment.nodes}-nodes" if deployment.deploy_type == "multi_node" else base
 
 
+# What the controllers build from an LWS's name must fit a label value (63 characters): LWS names a group's
+# worker StatefulSet `<lws>-<group>`, and the StatefulSet controller labels its pods
+# `controller-revision-hash: <statefulset>-<hash of up to 10 characters>`. With room for 99 groups:
+# 63 - len("-") - 2 - len("-") - 10 = 49. (A name of 52 left the worker pods refused by the API server.)
+LABEL_LIMIT = 63
+REVISION_HASH = 10
+GROUP_DIGITS = 2
+NAME_BUDGET = LABEL_LIMIT - 1 - GROUP_DIGITS - 1 - REVISION_HASH
+# LWS makes a headless Service named after the LWS, and makes none when one of that name exists: the
+# Service in front of a multi-node deployment takes another name, or the leader's DNS name never resolves.
+SERVICE_SUFFIX = "api"
+
+
 def object_name(deployment: Deployment, part: str = "") -> str:
-    """A DNS label short enough for LWS's pod names (<name>-<group>-<index>) and its label values; `part`
-    (a PD pool, the router) ends it."""
+    """A DNS label short enough for what LWS and the StatefulSet controller build from it (NAME_BUDGET);
+    `part` (a PD pool, the router) ends it."""
     image = deployment.image
     text = "-".join([image.slug, image.hardware, image.variant, deployment.strategy])
     name = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
-    room = 52 - (len(part) + 1 if part else 0)
+    room = NAME_BUDGET - (len(part) + 1 if part else 0)
     if len(name) > room:
         name = f"{name[: room - 7].rstrip('-')}-{hashlib.sha256(name.encode()).hexdigest()[:6]}"
     name = name if name[0].isalpha() else f"m-{name}"
@@ -373,10 +386,12 @@ def objects(deployment: Deployment) -> list[Manifest]:
     found: list[Manifest] = []
     config = _config_map(deployment, name, labels)
     found += [config] if config else []
+    # The LWS's own headless Service has the LWS's name: the Service in front of it may not.
+    service_name = f"{name}-{SERVICE_SUFFIX}" if workload["kind"] == "LeaderWorkerSet" else name
     service = {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": metadata,
+        "metadata": {**metadata, "name": service_name},
         "spec": {
             "selector": selector,
             "ports": [{"name": "http", "port": serving.port, "targetPort": "http"}],
