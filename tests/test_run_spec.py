@@ -187,6 +187,46 @@ def test_an_omni_port_is_published_and_health_checked_there(tmp_path: Path) -> N
     assert options["healthcheck"]["test"][-1] == "http://127.0.0.1:9000/health"
 
 
+@pytest.mark.parametrize(
+    ("flags", "port"),
+    [
+        (["--port", "9000"], 9000),
+        (["--port=9000"], 9000),  # argparse reads both spellings
+        (["--port", "+8080"], 8080),  # int("+8080"): vLLM listens on 8080
+        (["--port", "9000", "--port=9001"], 9001),  # a flag given twice: the last wins, as in argparse
+    ],
+)
+def test_the_port_vllm_listens_on_is_the_port_every_format_publishes_and_probes(
+    tmp_path: Path, flags: list[str], port: int
+) -> None:
+    base = {**small_recipe()["model"], "base_args": ["--trust-remote-code", *flags]}
+    tree = recipes_tree(tmp_path / "recipes", {"acme/Small-8B": small_recipe(model=base)})
+    project = load_project(ROOT, tree, tmp_path / "out")
+    blueprint = select(project, "acme/Small-8B", "h200")[0]
+    deployment = next(d for d in blueprint.deployments if d.deploy_type == "single_node")
+    spec = deployment.spec(deployment.roles[0])
+    assert spec.port == port
+    service = yaml.safe_load(_compose(deployment))["services"]["vllm"]
+    assert service["ports"] == [f"${{BIND_ADDRESS:-127.0.0.1}}:${{API_PORT:-{port}}}:{port}"]
+    assert service["healthcheck"]["test"][-1] == f"http://127.0.0.1:{port}/health"
+    options = container.run_options(spec, {}, tmp_path, {})
+    assert options["ports"] == {f"{port}/tcp": ("127.0.0.1", None)}
+    pod = next(d for d in kubernetes.objects(deployment) if d["kind"] == "Deployment")
+    vllm = pod["spec"]["template"]["spec"]["containers"][0]
+    assert vllm["ports"] == [{"name": "http", "containerPort": port}]
+
+
+def test_a_digit_int_refuses_is_no_crash(tmp_path: Path) -> None:
+    """`²` passes str.isdigit() and int() refuses it (so does vLLM): the plan treats the size as unknown
+    (the whole node) instead of crashing."""
+    base = {**small_recipe()["model"], "base_args": ["--pipeline-parallel-size", "\u00b2"]}
+    tree = recipes_tree(tmp_path / "recipes", {"acme/Small-8B": small_recipe(model=base)})
+    project = load_project(ROOT, tree, tmp_path / "out")
+    blueprint = select(project, "acme/Small-8B", "h200")[0]
+    deployment = next(d for d in blueprint.deployments if d.deploy_type == "single_node")
+    assert deployment.spec(deployment.roles[0]).gpus == 8
+
+
 def test_validation_lists_what_it_changes_with_why() -> None:
     fields = {difference.field for difference in container.DIFFERENCES}
     assert fields == {"port", "volumes", "labels", "network"}

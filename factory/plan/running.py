@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from factory.plan.models import NodeRole
 from factory.plan.runspec import FromIndex, ProcessGroup, Run, Value, process_spec, template_of
-from factory.synthesis.args import flag_value
+from factory.synthesis.args import flag_value, int_value
 
 ROLE_LABEL = "ai.vllm.factory.role"
 DEPLOYMENT_LABEL = "ai.vllm.factory.deployment"
@@ -46,7 +46,7 @@ def process_groups(
                 env=env,
                 host_network=host_network,
                 serves_http=first.serves_http,
-                port=int(port) if port and port.isdigit() else None,
+                port=int_value(port),
                 labels={DEPLOYMENT_LABEL: deployment, ROLE_LABEL: role_name},
             )
             groups.append(

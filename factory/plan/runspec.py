@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 from factory.catalog.schema import GpuRequest, Secret, Server, Vendor, Volume
 from factory.plan.settings import PLACEHOLDER, known_setting, setting
-from factory.synthesis.args import flag_value
+from factory.synthesis.args import flag_value, int_value
 
 
 class Frozen(BaseModel):
@@ -157,7 +157,8 @@ def gpus_used(args: Sequence[str], gpus_per_node: int, needs_gpus: bool) -> int:
         value = flag_value(list(args), flag)
         if value is None:
             return default
-        return int(value) if value.isdigit() else None
+        number = int_value(value)
+        return number if number is not None and number >= 0 else None
 
     tp, pp, nnodes = (
         size("--tensor-parallel-size", 1),
@@ -253,11 +254,13 @@ def _setting_named(value: Value | None) -> str | None:
 
 
 def _flag_value(args: Sequence[Value], flag: str) -> Value | None:
-    """The value after the last `flag` in `args` (a FromIndex stays one)."""
+    """The value after the last `flag` in `args`, or of its last `flag=value` (a FromIndex stays one)."""
     found: Value | None = None
-    for position, arg in enumerate(args[:-1]):
-        if arg == flag:
+    for position, arg in enumerate(args):
+        if arg == flag and position + 1 < len(args):
             found = args[position + 1]
+        elif isinstance(arg, str) and arg.startswith(f"{flag}="):
+            found = arg[len(flag) + 1 :]
     return found
 
 
@@ -295,7 +298,8 @@ def _derive(
 ) -> FromIndex | None:
     previous = args[position - 1] if position else None
     if previous in RANK_FLAGS:
-        factors = {int(value) // index for index, value in column if index and value.isdigit()}
+        numbers = [(index, int_value(value)) for index, value in column if index]
+        factors = {number // index for index, number in numbers if number is not None and number >= 0}
         candidate = FromIndex(times=factors.pop() if len(factors) == 1 else 1)
     elif pool is not None and previous == "--host":
         candidate = FromIndex(address_of=pool.upper())

@@ -55,9 +55,23 @@ def dedupe(args: Sequence[str]) -> list[str]:
 
 
 def flag_value(args: Sequence[str], flag: str) -> str | None:
-    """The value the last occurrence of `flag` carries, or None."""
+    """The value the last occurrence of `flag` carries (`--port 9000` or `--port=9000`, as argparse reads
+    both; the last one wins, as in argparse), or None."""
     value = None
     for unit in units(args):
         if unit.flag == flag:
             value = unit.value
+        elif unit.flag is not None and unit.flag.startswith(f"{flag}="):
+            value = unit.flag[len(flag) + 1 :]
     return value
+
+
+def int_value(text: str | None) -> int | None:
+    """A number as vLLM's argparse reads it (`type=int`, Python's int()): `+8080` and ` 8080` are 8080;
+    `²`, which str.isdigit() accepts, int() refuses, and so does vLLM. None for anything int() refuses."""
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None

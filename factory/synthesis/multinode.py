@@ -63,7 +63,8 @@ def _data_parallel(
             *(exact.extra_args if exact else []),
         ]
         declared = flag_value(flags, "--data-parallel-size-local")
-        local = int(declared) if declared and declared.isdigit() else gpus
+        # ASCII digits only: `²` passes str.isdigit() and crashes int().
+        local = int(declared) if declared and declared.isascii() and declared.isdigit() else gpus
     found = ["--data-parallel-size", str(gpus * nodes), "--data-parallel-size-local", str(gpus)]
     found += ["--data-parallel-address", HEAD]
     if rank:
