@@ -216,6 +216,28 @@ def test_the_port_vllm_listens_on_is_the_port_every_format_publishes_and_probes(
     assert vllm["ports"] == [{"name": "http", "containerPort": port}]
 
 
+@pytest.mark.parametrize(
+    ("flags", "names"),
+    [
+        ([], ("acme/Small-8B",)),  # vLLM's default: the model argument
+        (["--served-model-name", "small", "small-v2"], ("small", "small-v2")),  # nargs="+"
+        (["--served-model-name=small"], ("small",)),
+        (["--served-model-name", "a", "--served-model-name", "b"], ("b",)),  # the last wins
+    ],
+)
+def test_the_name_validation_asks_for_is_the_one_the_server_answers_to(
+    tmp_path: Path, flags: list[str], names: tuple[str, ...]
+) -> None:
+    """A recipe that sets --served-model-name (dots-studio/dots3-note-prev upstream) is asked by that name:
+    asked by its model id, its own /v1/models and chat probes would fail."""
+    base = {**small_recipe()["model"], "base_args": ["--trust-remote-code", *flags]}
+    tree = recipes_tree(tmp_path / "recipes", {"acme/Small-8B": small_recipe(model=base)})
+    project = load_project(ROOT, tree, tmp_path / "out")
+    blueprint = select(project, "acme/Small-8B", "h200")[0]
+    deployment = next(d for d in blueprint.deployments if d.deploy_type == "single_node")
+    assert deployment.spec(deployment.roles[0]).served_names == names
+
+
 def test_a_digit_int_refuses_is_no_crash(tmp_path: Path) -> None:
     """`²` passes str.isdigit() and int() refuses it (so does vLLM): the plan treats the size as unknown
     (the whole node) instead of crashing."""

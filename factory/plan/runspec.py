@@ -118,6 +118,25 @@ class RunSpec(Frozen):
         return _flag_value(self.args, "--host") or "0.0.0.0"
 
     @property
+    def served_names(self) -> tuple[str, ...]:
+        """The model names clients ask it for: the values of its last `--served-model-name` (one or more,
+        as vLLM's argparse takes them), else its model argument (vLLM's default); none for the router."""
+        if self.program != "vllm":
+            return ()
+        argv = self.argv
+        names: tuple[str, ...] = ()
+        for position, arg in enumerate(argv):
+            if arg == "--served-model-name":
+                following = argv[position + 1 :]
+                ends = next((i for i, token in enumerate(following) if token.startswith("-")), len(following))
+                names = tuple(following[:ends])
+            elif arg.startswith("--served-model-name="):
+                names = (arg.split("=", 1)[1],)
+        if names:
+            return names
+        return (argv[0],) if argv and not argv[0].startswith("-") else ()
+
+    @property
     def argv(self) -> list[str]:
         """The concrete arguments (a node's spec, not a template)."""
         return [arg if isinstance(arg, str) else _concrete(arg) for arg in self.args]

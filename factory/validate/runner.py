@@ -140,13 +140,16 @@ def _live_probes(
     cache = Path(tempfile.mkdtemp(prefix="factory-validate-cache-"))
     try:
         with running(spec, uuid.uuid4().hex[:12], cache) as started:
-            _probe(image, started, runnable, report, timeout_s, progress_to)
+            # The name the server answers to, from the spec it was started with (a recipe's own
+            # --served-model-name included), not the model's id.
+            served = spec.served_names[0] if spec.served_names else image.served_model_name
+            _probe(served, started, runnable, report, timeout_s, progress_to)
     finally:
         shutil.rmtree(cache, ignore_errors=True)
 
 
 def _probe(
-    image: ImagePlan,
+    served: str,
     started: Started,
     runnable: set[str],
     report: ValidationReport,
@@ -175,11 +178,11 @@ def _probe(
         report.add(step, True, f"GET {started.health_url} answered 200 after {seconds:.1f} s", seconds)
         step = "live:models"
         if step in runnable:
-            models = check_models(started.base_url, image.served_model_name)
+            models = check_models(started.base_url, served)
             report.add(step, True, f"/v1/models lists {models}")
         step = "live:chat"
         if step in runnable:
-            first = chat(started.base_url, image.served_model_name)
+            first = chat(started.base_url, served)
             report.add(
                 step,
                 True,
@@ -187,7 +190,7 @@ def _probe(
                 first.seconds,
             )
             step = "live:deterministic"
-            again = chat(started.base_url, image.served_model_name)
+            again = chat(started.base_url, served)
             report.add(
                 step,
                 again.text == first.text,
@@ -197,7 +200,7 @@ def _probe(
             )
         step = "live:embeddings"
         if step in runnable:
-            size = embeddings(started.base_url, image.served_model_name)
+            size = embeddings(started.base_url, served)
             report.add(step, True, f"one vector of {size} numbers")
     except ProbeFailure as exc:
         report.add(step, False, str(exc))
