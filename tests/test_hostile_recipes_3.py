@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import small_recipe
-from tests.test_hostile_recipes_2 import _only_bad, _tree
+from tests.test_hostile_recipes_2 import _generate, _only_bad, _tree
 
 
 @pytest.mark.parametrize(
@@ -31,3 +31,41 @@ def test_a_value_its_yaml_tag_refuses_is_that_recipes_error_alone(
     path.write_text(text.replace("meta:\n", f"meta:\n  date_updated: {value}\n", 1), encoding="utf-8")
     _, line = _only_bad(tmp_path, recipes, str(path), "line 2", said)
     assert len(line) < 400, "one line, the value cut short"
+
+
+def _named(slug: str, model: str) -> dict[str, object]:
+    recipe = small_recipe(meta={"title": slug, "slug": slug, "hardware": {}})
+    recipe["model"] = {**recipe["model"], "model_id": model}  # type: ignore[dict-item]
+    return recipe
+
+
+@pytest.mark.parametrize(
+    ("other", "fold"),
+    [
+        ("tiny_random_llama", "compose project name 'tiny-random-llama'"),
+        ("tiny.random.llama", "compose project name 'tiny-random-llama'"),
+        ("tiny._random-llama", "Kubernetes name 'tiny-random-llama'"),
+    ],
+)
+def test_slugs_that_an_output_folds_together_are_both_refused(tmp_path: Path, other: str, fold: str) -> None:
+    """Accepted before, then folded to one compose project name or Kubernetes object name: starting one
+    deployment replaced the other's containers or objects."""
+    recipes = _tree(
+        tmp_path,
+        {
+            "acme/One-8B": _named("tiny-random-llama", "acme/One-8B"),
+            "acme/Two-8B": _named(other, "acme/Two-8B"),
+        },
+    )
+    result, out, bad = _generate(tmp_path, recipes)
+    assert result.returncode == 1, result.stderr
+    assert len(bad) == 2 and all(f"2 recipes claim the {fold}" in line for line in bad), bad
+    assert all("One-8B.yaml" in line and "Two-8B.yaml" in line for line in bad), "each names both files"
+    assert (out / "compose" / "good").is_dir(), "the other recipes are generated"
+
+
+@pytest.mark.parametrize("slug", ["vllm-router", "docker-bake.hcl"])
+def test_a_slug_that_is_the_name_of_the_factorys_own_entry_is_refused(tmp_path: Path, slug: str) -> None:
+    recipes = _tree(tmp_path, {"acme/One-8B": _named(slug, "acme/One-8B")})
+    _, line = _only_bad(tmp_path, recipes, f"the image name {slug!r} is the factory's own")
+    assert "meta.slug" in line

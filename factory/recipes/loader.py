@@ -8,6 +8,7 @@ that recipe's problem, and every other recipe loads as usual.
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -212,22 +213,37 @@ def _bundled_folder(path: Path) -> Path | None:
     return folder
 
 
+# Names of the factory's own entries beside the recipes' folders (images/docker-bake.hcl, the PD router's
+# image folder and repository): a recipe whose slug is one of them would overwrite or share it.
+RESERVED_SLUGS = frozenset({"docker-bake.hcl", "vllm-router"})
+
+
 def _refuse_shared_slugs(tree: RecipeTree) -> None:
-    """Two recipes whose images would share a repository overwrite each other's files: both are refused,
-    each naming the other (their earlier files are kept, as for any recipe that turned bad)."""
-    claims: dict[str, list[LoadedRecipe]] = {}
+    """Two recipes whose outputs would share a name overwrite each other's files, containers or objects:
+    both are refused, each naming the other (their earlier files are kept, as for any recipe that turned
+    bad). Names are compared as every output folds them: image repositories (ASCII capitals fold),
+    compose project names ('.' and '_' become '-') and Kubernetes object names (every run of other
+    characters becomes one '-')."""
+    claims: dict[tuple[str, str], list[LoadedRecipe]] = {}
     for loaded in tree.recipes.values():
-        for slug in _slugs(loaded):
-            claims.setdefault(slug, []).append(loaded)
-    for slug, claimants in sorted(claims.items()):
-        if len(claimants) < 2:
+        for claim in _slugs(loaded):
+            claims.setdefault(claim, []).append(loaded)
+    order = {"image name": 0, "compose project name": 1, "Kubernetes name": 2}  # the plainest first
+    for (how, slug), claimants in sorted(claims.items(), key=lambda item: (order[item[0][0]], item[0][1])):
+        reserved = how == "image name" and slug in RESERVED_SLUGS
+        if len(claimants) < 2 and not reserved:
             continue
         files = [str(loaded.path) for loaded in claimants]
         for loaded in claimants:
             if tree.recipes.pop(loaded.recipe_id, None) is None:
                 continue  # already refused for another slug
+            why = (
+                f"the image name {slug!r} is the factory's own (images/{slug})"
+                if reserved
+                else f"{len(claimants)} recipes claim the {how} {slug!r}: {', '.join(files)}"
+            )
             error = InputError(
-                f"{len(claimants)} recipes claim the image name {slug!r}: {', '.join(files)}",
+                why,
                 file=loaded.path,
                 field="meta.slug",
                 value=loaded.recipe.meta.slug,
@@ -236,11 +252,17 @@ def _refuse_shared_slugs(tree: RecipeTree) -> None:
             tree.problems.append(RecipeProblem(loaded.path, loaded.recipe_id, error))
 
 
-def _slugs(loaded: LoadedRecipe) -> set[str]:
-    """The image names a recipe's variants take (as factory.plan.naming makes them), compared as one."""
+def _slugs(loaded: LoadedRecipe) -> set[tuple[str, str]]:
+    """The names a recipe's variants take (as factory.plan.naming makes them), in each output's fold."""
     given = loaded.recipe.meta.slug
     models = {variant.model_id or loaded.model_id for variant in loaded.recipe.variants.values()}
-    return {identity(given or model.split("/")[-1]) for model in models}
+    found: set[tuple[str, str]] = set()
+    for model in models:
+        name = identity(given or model.split("/")[-1])
+        found.add(("image name", name))
+        found.add(("compose project name", re.sub(r"[._]", "-", name.lower())))
+        found.add(("Kubernetes name", re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")))
+    return found
 
 
 def _load_recipe(path: Path, recipe_id: str, tree: RecipeTree, strict: bool) -> LoadedRecipe:
