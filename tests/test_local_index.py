@@ -113,8 +113,9 @@ def local_index(wheels: Path, tmp_path: Path) -> Iterator[LocalIndex]:
         index.stop()
 
 
-def write_catalog(root: Path, index_url: str) -> None:
-    """The project's catalog with one CPU target whose install takes every wheel from the local index."""
+def write_catalog(root: Path, index_url: str, package: str = PACKAGE) -> None:
+    """The project's catalog with one CPU target whose install of `package` takes every wheel from the
+    local index (and nothing from this machine: no find_links, no stand-ins)."""
     (root / "catalog").mkdir(parents=True)
     shutil.copy(ROOT / "catalog" / "deviations.yaml", root / "catalog" / "deviations.yaml")
     data = yaml.safe_load((ROOT / "catalog" / "hardware.yaml").read_text(encoding="utf-8"))
@@ -123,7 +124,8 @@ def write_catalog(root: Path, index_url: str) -> None:
         "source": "this test: python -m http.server over real wheels downloaded from PyPI",
     }
     install = data["installs"]["cpu-pypi"]
-    install.update(package=PACKAGE, indexes=[{"index": "local"}], local_wheels=False, remove_packages=[])
+    install.update(package=package, indexes=[{"index": "local"}], local_wheels=False, remove_packages=[])
+    install["stand_ins"] = []
     data["installs"] = {"cpu-pypi": install}
     data["hardware"] = {"cpu": data["hardware"]["cpu"]}
     data["only_hardware"], data["known_bad"] = {}, {}

@@ -19,10 +19,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.conftest import ROOT, assert_same_files, recipes_tree
+from tests.conftest import assert_same_files, recipes_tree
 from tests.test_local_index import LocalIndex, simple_repository, small_cpu_recipe
+from tests.test_local_index import write_catalog as local_index_catalog
 
 pytestmark = [pytest.mark.index]
 
@@ -54,20 +54,7 @@ def wheel(folder: Path, name: str, version: str, requires: list[str]) -> Path:
 
 def write_catalog(root: Path, index_url: str) -> None:
     """The project's catalog with its CPU target installing the fake package from the local index only."""
-    (root / "catalog").mkdir(parents=True)
-    (root / "catalog" / "deviations.yaml").write_text(
-        (ROOT / "catalog" / "deviations.yaml").read_text(encoding="utf-8"), encoding="utf-8"
-    )
-    data = yaml.safe_load((ROOT / "catalog" / "hardware.yaml").read_text(encoding="utf-8"))
-    data["indexes"]["local"] = {"url": index_url, "source": "this test: wheels it writes, served here"}
-    install = data["installs"]["cpu-pypi"]
-    install.update(package=PACKAGE, indexes=[{"index": "local"}], local_wheels=False, remove_packages=[])
-    install["stand_ins"] = []
-    data["installs"] = {"cpu-pypi": install}
-    data["hardware"] = {"cpu": data["hardware"]["cpu"]}
-    data["only_hardware"], data["known_bad"] = {}, {}
-    data["build_recipes"] = {"default": "acme/Small"}
-    (root / "catalog" / "hardware.yaml").write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    local_index_catalog(root, index_url, PACKAGE)
 
 
 @pytest.fixture
