@@ -51,7 +51,7 @@ def check_generated(session: nox.Session) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """The whole test suite, Docker and the CPU end-to-end included (testbench/up first)."""
-    session.run(PY, "-m", "pytest", *(session.posargs or ["-ra"]))
+    session.run(PY, "-m", "pytest", *(session.posargs or ["-ra", "--durations=40"]))
 
 
 @nox.session(default=False)

@@ -38,13 +38,27 @@ def _tool(name: str) -> str:
     return found
 
 
+# The test's own store, removed after it: a failed `podman load` leaves the layers it had written in the
+# store with no image to remove them by (5.7 GB left behind here by one run that ran out of disk).
+STORAGE_CONF = '[storage]\ndriver = "overlay"\ngraphroot = "{root}/graph"\nrunroot = "{root}/run"\n'
+
+
 @pytest.fixture
 def podman(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
     _tool("catatonit")  # podman's pause image is built from it
     binary = _tool("podman")
     conf = tmp_path / "containers.conf"
     conf.write_text(CONTAINERS_CONF)
-    yield binary, {**os.environ, "CONTAINERS_CONF": str(conf)}
+    store = tmp_path / "podman-store"
+    storage = tmp_path / "storage.conf"
+    storage.write_text(STORAGE_CONF.format(root=store))
+    env = {**os.environ, "CONTAINERS_CONF": str(conf), "CONTAINERS_STORAGE_CONF": str(storage)}
+    try:
+        yield binary, env
+    finally:
+        # reset unmounts what the store mounted, then removes it; rmtree takes what reset leaves.
+        subprocess.run([binary, "system", "reset", "--force"], env=env, capture_output=True, check=False)
+        shutil.rmtree(store, ignore_errors=True)
 
 
 def _run(podman: tuple[str, dict[str, str]], *args: str, timeout: float = 600) -> str:
@@ -58,34 +72,31 @@ def _run(podman: tuple[str, dict[str, str]], *args: str, timeout: float = 600) -
 
 @pytest.fixture
 def podman_image(podman: tuple[str, dict[str, str]], tiny_built: Any) -> Iterator[str]:
-    """The image built here, copied from the Docker engine into podman's store (removed again after,
-    unless it was there before)."""
+    """The image built here, copied from the Docker engine into the test's podman store."""
     binary, env = podman
     local = f"localhost/{tiny_built.image}"
-    present = subprocess.run([binary, "image", "exists", local], env=env, check=False).returncode == 0
-    if not present:
-        # podman load writes the archive to /var/tmp, then its own copy into its store: twice the image.
-        size = int(
-            subprocess.run(
-                ["docker", "image", "inspect", "--format", "{{.Size}}", tiny_built.image],
-                capture_output=True, text=True, check=True,
-            ).stdout
-        )  # fmt: skip
-        free = shutil.disk_usage("/var/tmp").free
-        if free < 2 * size + 2**30:
-            pytest.skip(
-                f"podman load needs about {(2 * size + 2**30) / 1e9:.1f} GB free on /var/tmp's disk, it has "
-                f"{free / 1e9:.1f} GB (the image is {size / 1e9:.2f} GB: the stand-in torch's CUDA libraries)"
-            )
-        with subprocess.Popen(["docker", "save", tiny_built.image], stdout=subprocess.PIPE) as save:
-            loaded = subprocess.run(
-                [binary, "load"], stdin=save.stdout, env=env, check=False, capture_output=True
-            )
-        # podman stores its own copy of the image after reading the whole archive: name the cause.
-        assert loaded.returncode == 0, f"podman load: {loaded.stderr.decode(errors='replace')[-2000:]}"
+    # podman load writes the archive to /var/tmp, a copy of each blob beside it, then the layers into
+    # its store: three times the image (measured: 18 GB free was not enough for a 6.4 GB image).
+    size = int(
+        subprocess.run(
+            ["docker", "image", "inspect", "--format", "{{.Size}}", tiny_built.image],
+            capture_output=True, text=True, check=True,
+        ).stdout
+    )  # fmt: skip
+    free = shutil.disk_usage("/var/tmp").free
+    needed = 3 * size + 2**30
+    if free < needed:
+        pytest.skip(
+            f"podman load needs about {needed / 1e9:.1f} GB free on /var/tmp's disk, it has "
+            f"{free / 1e9:.1f} GB (the image is {size / 1e9:.2f} GB: the stand-in torch's CUDA libraries)"
+        )
+    with subprocess.Popen(["docker", "save", tiny_built.image], stdout=subprocess.PIPE) as save:
+        loaded = subprocess.run(
+            [binary, "load"], stdin=save.stdout, env=env, check=False, capture_output=True
+        )
+    # podman stores its own copy of the image after reading the whole archive: name the cause.
+    assert loaded.returncode == 0, f"podman load: {loaded.stderr.decode(errors='replace')[-2000:]}"
     yield local
-    if not present:
-        subprocess.run([binary, "rmi", local], env=env, check=False, capture_output=True)
 
 
 def _kubectl() -> str:
