@@ -138,6 +138,29 @@ def run_factory(
     )
 
 
+def needs_path(name: str) -> Path:
+    """The existing path the environment variable names; a failure under FACTORY_REQUIRE_UPSTREAM, a skip
+    saying why elsewhere."""
+    value = os.environ.get(name)
+    if value and Path(value).exists():
+        return Path(value)
+    message = f"{name} is not set to an existing path: the upstream corpus and its oracle are not here"
+    if os.environ.get("FACTORY_REQUIRE_UPSTREAM"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def upstream_lock(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The lock folder of the whole upstream corpus. A corpus lock asks the package index for every
+    recipe (about 6 minutes here): it is made once per run, by the first test that needs it."""
+    upstream = needs_path("FACTORY_UPSTREAM_RECIPES")
+    out = tmp_path_factory.mktemp("corpus-lock")
+    result = run_factory(ROOT, "lock", "--recipes", str(upstream), "--out", str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    return out / "lock"
+
+
 def tree_snapshot(root: Path) -> dict[str, bytes]:
     return {
         p.relative_to(root).as_posix(): p.read_bytes()

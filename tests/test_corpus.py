@@ -9,7 +9,6 @@ say why; .ci/run sets both where they exist, with FACTORY_REQUIRE_UPSTREAM=1, so
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -26,24 +25,14 @@ from pydantic import BaseModel
 from factory.catalog.loader import load_catalog
 from factory.conformance import compare, oracle_renderings
 from factory.recipes.schema import Recipe
-from tests.conftest import ROOT, run_factory
+from tests.conftest import ROOT, needs_path, run_factory
 
 FLOOR = json.loads((ROOT / "tests" / "data" / "conformance-floor.json").read_text())["rate"]
 
 
-def _needs(name: str) -> Path:
-    value = os.environ.get(name)
-    if value and Path(value).exists():
-        return Path(value)
-    message = f"{name} is not set to an existing path: the upstream corpus and its oracle are not here"
-    if os.environ.get("FACTORY_REQUIRE_UPSTREAM"):
-        pytest.fail(message)
-    pytest.skip(message)
-
-
 @pytest.fixture(scope="module")
 def upstream() -> Path:
-    return _needs("FACTORY_UPSTREAM_RECIPES")
+    return needs_path("FACTORY_UPSTREAM_RECIPES")
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +47,7 @@ def renderings(tree: Path) -> list[dict[str, Any]]:
 
 
 def run_site(tree: Path, out: Path) -> Path:
-    build_api = _needs("FACTORY_RECIPES_ORACLE")
+    build_api = needs_path("FACTORY_RECIPES_ORACLE")
     result = subprocess.run(
         [str(build_api), str(tree), str(out)], capture_output=True, text=True, timeout=300
     )
@@ -82,11 +71,10 @@ def test_every_upstream_rendering_matches_the_site_exactly_or_by_its_recorded_ed
 
 
 @pytest.fixture(scope="module")
-def locked(upstream: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An output folder with a lock for the whole corpus (the package index is asked once here)."""
+def locked(upstream_lock: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An output folder of its own holding the run's corpus lock."""
     out = tmp_path_factory.mktemp("corpus")
-    result = run_factory(ROOT, "lock", "--recipes", str(upstream), "--out", str(out))
-    assert result.returncode == 0, result.stderr[-2000:]
+    shutil.copytree(upstream_lock, out / "lock")
     return out
 
 
