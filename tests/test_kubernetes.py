@@ -146,7 +146,7 @@ def test_with_hybrid_load_balancing_the_service_selects_every_rank(project: Proj
     worker = _kind(documents, "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]["workerTemplate"]
     container = worker["spec"]["containers"][0]
     assert "readinessProbe" in container
-    assert container["resources"] == {"limits": {"nvidia.com/gpu": 8}}
+    assert container["resources"] == {"limits": {"nvidia.com/gpu": "8"}}
     # the start rank is index x 8: computed by the fixed shell line, the recipe's values its arguments
     assert container["command"][:3] == ["sh", "-c", kubernetes.RANK_SCRIPT.replace("$", "$$")]
 
@@ -530,7 +530,7 @@ def test_a_pd_deployment_is_an_lws_per_pool_and_the_router_behind_the_service(
         leader = dict(checks.pod_templates(one))["leader"]["spec"]["containers"][0]
         env = {e["name"]: e for e in leader["env"]}
         assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
-        assert leader["resources"] == {"limits": {"nvidia.com/gpu": 8}}
+        assert leader["resources"] == {"limits": {"nvidia.com/gpu": "8"}}
         # compose splits or names the node's GPUs; a pod sees only its own, numbered from 0
         assert "CUDA_VISIBLE_DEVICES" not in env
     assert checks.address_problems(documents) == []

@@ -260,7 +260,9 @@ def _resources(spec: RunSpec) -> dict[str, Any]:
     resource = resource or next((DEVICE_RESOURCES[d] for d in spec.devices if d in DEVICE_RESOURCES), None)
     if resource is None:  # the CPU backend (the pod's annotation still says how many GPUs it uses)
         return {}
-    return {"resources": {"limits": {resource: spec.gpus}}}
+    # A quantity as the API server stores it, a string: an LWS keeps its pod templates as sent (a custom
+    # resource), and each `kubectl apply` of the number 8 over the stored "8" moved its generation.
+    return {"resources": {"limits": {resource: str(spec.gpus)}}}
 
 
 def _security(spec: RunSpec) -> dict[str, Any]:

@@ -1,0 +1,205 @@
+"""The committed Kubernetes manifests on a real control plane (tests/cluster.py: etcd, API server,
+controller manager, scheduler, LWS v0.9.0 with its webhooks, kwok GPU nodes; built from the Go modules
+pinned under testbench/go/): every kustomization applied server-side as `kubectl apply -k --server-side`
+does, then what each controller must make of it. No kubelet runs: kwok stands in for the nodes, so no
+container starts (the README, "On a cluster", lists what stays unproven)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from factory.blueprint import plan_recipe
+from factory.plan.models import Deployment
+from factory.project import Project
+from factory.render import kubernetes
+from tests.cluster import (
+    ControlPlane,
+    generations,
+    nodes_wanted,
+    pods_wanted,
+    running_control_plane,
+    version,
+    wait_reconciled,
+)
+from tests.conftest import KIMI, ROOT, kubectl, missing_tool, run_factory
+
+STATE = Path(os.environ.get("FACTORY_TESTBENCH_STATE", "/var/lib/factory-testbench"))
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    if len(list((STATE / "bin").glob("*/.complete"))) < 3 and shutil.which("go") is None:
+        missing_tool("go", "Go 1.26; testbench/up then builds the control plane from testbench/go/")
+    with running_control_plane(tmp_path_factory.mktemp("control-plane")) as started:
+        yield started
+
+
+def _deployments(project: Project) -> list[Deployment]:
+    return [
+        d
+        for loaded in project.tree.recipes.values()
+        for blueprint in plan_recipe(project, loaded).images
+        for d in blueprint.deployments
+        if kubernetes.deployable(d)
+    ]
+
+
+def _kustomized(folder: Path) -> list[dict[str, Any]]:
+    printed = subprocess.run(
+        [kubectl(), "kustomize", str(folder)], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    return [doc for doc in yaml.safe_load_all(printed) if doc]
+
+
+def _apply_k(plane: ControlPlane, folder: Path, namespace: str) -> None:
+    plane.kubectl("apply", "-k", str(folder), "--server-side", "-n", namespace)
+
+
+def _nodes_for(plane: ControlPlane, prefix: str, documents: Sequence[Mapping[str, Any]]) -> None:
+    for arch in ("amd64", "arm64"):
+        plane.add_gpu_nodes(f"{prefix}-{arch}", nodes_wanted(documents, arch) + 1, arch)
+
+
+def test_every_project_kustomization_reconciles_and_a_second_apply_changes_nothing(
+    project: Project, plane: ControlPlane
+) -> None:
+    """Every LeaderWorkerSet gets its StatefulSets, its own headless Service and every pod (LWS_* set by
+    its webhook, on a node with the GPUs asked for); every Deployment its pod; every Service a ready
+    endpoint. A second apply of every kustomization moves no object's generation."""
+    deployments = _deployments(project)
+    folders = [ROOT / kubernetes.directory(d) for d in deployments]
+    applied = [
+        (_kustomized(folder), d.image.gpu_arch is not None)
+        for folder, d in zip(folders, deployments, strict=True)
+    ]
+    everything = [doc for docs, _ in applied for doc in docs]
+    named = [f"{doc['kind']}/{doc['metadata']['name']}" for doc in everything]
+    assert len(named) == len(set(named)), "two deployments print an object of the same name"
+    _nodes_for(plane, "project", everything)
+    namespace = plane.namespace("project")
+    for folder in folders:
+        _apply_k(plane, folder, namespace)
+    left = wait_reconciled(plane, namespace, applied)
+    assert not left, "\n".join(left[:20])
+    groups = sum(doc["kind"] == "LeaderWorkerSet" for doc in everything)
+    print(
+        f"Kubernetes {version(plane)}: {len(folders)} kustomizations, {len(everything)} objects applied, "
+        f"{groups} LeaderWorkerSets, {pods_wanted(everything)} pods reconciled"
+    )
+    assert groups >= 40 and len(folders) >= 80
+    before = generations(plane, namespace)
+    for folder in folders:
+        _apply_k(plane, folder, namespace)
+    assert generations(plane, namespace) == before
+
+
+def _renamed(documents: Sequence[Mapping[str, Any]], old: str, new: str) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(yaml.safe_dump_all(documents).replace(old, new)) if doc]
+
+
+def _kimi_group(project: Project) -> tuple[list[dict[str, Any]], str]:
+    deployment = next(
+        d
+        for d in _deployments(project)
+        if d.image.recipe_id == KIMI and d.image.hardware == "h200" and d.strategy == "multi_node_tp"
+    )
+    documents = _kustomized(ROOT / kubernetes.directory(deployment))
+    lws = next(doc["metadata"]["name"] for doc in documents if doc["kind"] == "LeaderWorkerSet")
+    return documents, lws
+
+
+def _without_gpus(documents: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    changed = yaml.safe_load(yaml.safe_dump(list(documents)))
+    for doc in changed:
+        if doc["kind"] == "LeaderWorkerSet":
+            template = doc["spec"]["leaderWorkerTemplate"]
+            for pod in (template.get("leaderTemplate"), template["workerTemplate"]):
+                for container in (pod or {"spec": {"containers": []}})["spec"]["containers"]:
+                    for key in ("limits", "requests"):
+                        container.get("resources", {}).get(key, {}).pop("nvidia.com/gpu", None)
+    return list(changed)
+
+
+def _with_service_named(documents: Sequence[Mapping[str, Any]], name: str) -> list[dict[str, Any]]:
+    changed = yaml.safe_load(yaml.safe_dump(list(documents)))
+    for doc in changed:
+        if doc["kind"] == "Service":
+            doc["metadata"]["name"] = name  # the manifests before the fix named it so
+    return list(changed)
+
+
+def test_the_old_mistakes_fail_on_the_control_plane_and_the_name_budget_holds_for_eleven_groups(
+    project: Project, plane: ControlPlane
+) -> None:
+    """The defects only controllers show: a Service named like the LWS (no headless Service is made), an
+    LWS name of 52 characters (its worker pods are refused), no GPU request. And a name of exactly
+    NAME_BUDGET characters with 11 groups (two-digit group indexes) reconciles."""
+    documents, lws = _kimi_group(project)
+    long_name = "kimi-linear-48b-a3b-instruct-h200-multi-node-tp-2n-x"  # 52 characters, as committed before
+    at_budget = ("k" * kubernetes.NAME_BUDGET)[: kubernetes.NAME_BUDGET]
+    eleven = _renamed(documents, lws, at_budget)
+    for doc in eleven:
+        if doc["kind"] == "LeaderWorkerSet":
+            doc["spec"]["replicas"] = 11
+    cases = {
+        "service-named-like-lws": (_with_service_named(documents, lws), "no headless Service of its own"),
+        "long-name": (_renamed(documents, lws, long_name), "must be no more than 63 bytes"),
+        "no-gpu-request": (_without_gpus(documents), "asks for no GPU"),
+    }
+    _nodes_for(plane, "mistakes", [doc for docs, _ in cases.values() for doc in docs] + eleven)
+    for namespace, (docs, _) in cases.items():
+        plane.apply(docs, plane.namespace(namespace))
+    plane.apply(eleven, plane.namespace("at-budget"))
+    assert not wait_reconciled(plane, "at-budget", [(eleven, True)]), "11 groups at the name budget"
+    for namespace, (docs, expected) in cases.items():
+        left = wait_reconciled(plane, namespace, [(docs, True)], timeout=30)
+        assert any(expected in problem for problem in left), (namespace, left)
+
+
+def _sample(k8s: Path) -> dict[str, Path]:
+    """One kustomization per strategy and layout (one node, each node count, prefill/decode), the first in
+    path order: every shape the corpus prints, few enough for two minutes."""
+    chosen: dict[str, Path] = {}
+    for found in sorted(k8s.glob("*/*/*/**/kustomization.yaml")):
+        folder = found.parent
+        parts = folder.relative_to(k8s).parts  # slug, hardware-variant, strategy[, N-nodes]
+        chosen.setdefault("/".join(parts[2:]), folder)
+    return chosen
+
+
+def test_a_sample_of_the_upstream_corpus_reconciles(
+    plane: ControlPlane, upstream_lock: Path, tmp_path: Path
+) -> None:
+    """The shared corpus's recipes, generated with the run's corpus lock: one kustomization of each
+    strategy and layout applied as `kubectl apply -k --server-side`, every group reconciled."""
+    out = tmp_path / "corpus"
+    shutil.copytree(upstream_lock, out / "lock")
+    upstream = os.environ["FACTORY_UPSTREAM_RECIPES"]  # set: upstream_lock needs it
+    result = run_factory(ROOT, "generate", "--recipes", upstream, "--out", str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    sample = _sample(out / "k8s")
+    applied = [
+        (_kustomized(folder), not folder.relative_to(out / "k8s").parts[1].startswith("cpu-"))
+        for folder in sample.values()
+    ]
+    _nodes_for(plane, "corpus", [doc for docs, _ in applied for doc in docs])
+    namespace = plane.namespace("corpus")
+    for folder in sample.values():
+        _apply_k(plane, folder, namespace)
+    left = wait_reconciled(plane, namespace, applied)
+    assert not left, "\n".join(left[:20])
+    layouts = {key.split("/")[-1] for key in sample if key.endswith("-nodes")}
+    strategies = {key.split("/")[0] for key in sample}
+    print(f"corpus sample: {len(sample)} kustomizations ({sorted(strategies)}; layouts {sorted(layouts)})")
+    assert {"single_node_tp", "multi_node_tp", "multi_node_dep", "pd_cluster"} <= strategies, sorted(
+        strategies
+    )
+    assert len(layouts) >= 2, sorted(layouts)
