@@ -139,6 +139,30 @@ def webhook_problems(lws: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+# What a vLLM group needs of LWS that its admission allows otherwise.
+HEAD_FLAGS = ("--master-addr", "--data-parallel-address")  # where a rank finds its group's first node
+LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"
+
+
+def group_problems(lws: Mapping[str, Any]) -> list[str]:
+    """A vLLM group deadlocks under `startupPolicy: LeaderReady` (LWS makes the workers once the leader is
+    Ready; vLLM's leader is Ready once its workers have joined), and a worker whose head address is anything
+    but the leader's waits for a head that is not there (its own pod, loopback, a fixed IP)."""
+    problems: list[str] = []
+    name = lws["metadata"]["name"]
+    policy = lws["spec"].get("startupPolicy", "LeaderCreated")
+    if policy != "LeaderCreated":
+        problems.append(f"{name}: startupPolicy {policy}: the leader is never Ready before its workers start")
+    for role, template in pod_templates(lws):
+        if role != "worker":
+            continue
+        for container in template["spec"]["containers"]:
+            for flag, value in itertools.pairwise(container.get("args", [])):
+                if flag in HEAD_FLAGS and value != LEADER_ADDRESS:
+                    problems.append(f"{name} worker: {flag} {value}, not the leader's {LEADER_ADDRESS}")
+    return problems
+
+
 # --- core objects and the pod webhook's variables -------------------------------------------------------
 
 

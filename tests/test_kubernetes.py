@@ -188,6 +188,23 @@ def test_every_lws_validates_strictly_against_each_release_from_the_minimum() ->
         for doc in lws:
             assert checks.schema_problems(doc, release) == [], (release, doc["metadata"]["name"])
             assert checks.webhook_problems(doc) == []
+            assert checks.group_problems(doc) == []
+
+
+def test_a_leader_ready_start_or_a_worker_pointed_away_from_its_leader_fails_its_check() -> None:
+    """Mistakes no control plane with kwok shows (no container runs): LeaderReady deadlocks a vLLM group,
+    a worker pointed at its own pod or at loopback waits for a head that is not there."""
+    lws = _kind(_committed_lws_documents(), "LeaderWorkerSet")
+    assert checks.group_problems(lws) == []
+    leader_ready = copy.deepcopy(lws)
+    leader_ready["spec"]["startupPolicy"] = "LeaderReady"
+    assert any("LeaderReady" in p for p in checks.group_problems(leader_ready))
+    for wrong in ("$(POD_IP)", "127.0.0.1"):
+        pointed = copy.deepcopy(lws)
+        args = pointed["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["args"]
+        flag = next(a for a in args if a in checks.HEAD_FLAGS)
+        args[args.index(flag) + 1] = wrong
+        assert any(wrong in p for p in checks.group_problems(pointed)), wrong
 
 
 def test_a_field_newer_than_the_minimum_fails_against_the_older_crd() -> None:
@@ -708,6 +725,7 @@ def test_every_upstream_deployment_validates_and_runs_its_compose_command(
             if doc["kind"] == "LeaderWorkerSet":
                 counts["lws"] += 1
                 problems += checks.schema_problems(doc, kubernetes.MIN_LWS) + checks.webhook_problems(doc)
+                problems += checks.group_problems(doc)
             problems += checks.core_problems(doc, checks.KUBERNETES_VERSIONS[-1])
             problems += checks.lws_variables_set(doc)
     print(counts)

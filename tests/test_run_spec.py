@@ -22,7 +22,7 @@ import yaml
 from factory.blueprint import plan_recipe, select
 from factory.catalog.schema import GpuRequest, Secret, Volume
 from factory.plan.models import Deployment
-from factory.plan.runspec import FromIndex, RunSpec
+from factory.plan.runspec import FromIndex, RunSpec, template_of
 from factory.project import Project, load_project
 from factory.render import compose, docker_run, kubernetes
 from factory.show import docker_run as show_docker_run
@@ -155,6 +155,29 @@ def test_one_worker_spec_serves_every_rank(project: Project) -> None:
     assert len(groups) == 1 and groups[0].indices == (1, 2, 3)
     starts = [four.spec(role).argv for role in four.roles[1:]]
     assert [args[args.index("--data-parallel-start-rank") + 1] for args in starts] == ["8", "16", "24"]
+
+
+def test_the_dp_start_rank_is_the_local_dp_size_times_the_index_not_the_gpus_per_node() -> None:
+    """TP 2 x local DP 4 on 8-GPU nodes: node i starts at rank 4i. A multiplier taken from the GPUs a pod
+    has (8) would give 8 and 16, ranks another node holds; the project's recipes cannot show it (their
+    DP deployments run TP 1, where both are 8), so the nodes here are written out."""
+    head = ["--tensor-parallel-size", "2", "--data-parallel-size-local", "4"]
+    nodes = [
+        (i, [*head, "--data-parallel-start-rank", str(4 * i), "--data-parallel-address", "$HEAD"])
+        for i in (1, 2, 3)
+    ]
+    template = template_of(nodes, None)
+    assert template is not None
+    start = template[template.index("--data-parallel-start-rank") + 1]
+    assert start == FromIndex(times=4)
+    assert isinstance(start, FromIndex) and [start.at(i) for i in (1, 2, 3)] == ["4", "8", "12"]
+    # Ranks that are not one constant times the index are no template: each node keeps its own spec.
+    assert (
+        template_of(
+            [(1, ["--data-parallel-start-rank", "4"]), (2, ["--data-parallel-start-rank", "6"])], None
+        )
+        is None
+    )
 
 
 def test_the_plan_holds_no_compose_names_or_syntax() -> None:
