@@ -19,7 +19,7 @@ import docker
 from factory.engine import OWNER_LABEL
 from tests import kubernetes_checks as checks
 
-POD_FIELDS = {"nodeSelector", "containers", "volumes"}
+POD_FIELDS = {"nodeSelector", "containers", "volumes", "enableServiceLinks"}
 CONTAINER_FIELDS = {
     "name",
     "image",
@@ -66,6 +66,8 @@ def container_options(
     """The low-level API's create_container arguments for the pod's only container."""
     spec = pod.template["spec"]
     _refuse_unknown(spec, POD_FIELDS, "pod spec")
+    if spec.get("enableServiceLinks", True):  # Docker gives a container no service variables
+        raise UnmappedField("enableServiceLinks: a kubelet's service variables are not mapped")
     arch = spec.get("nodeSelector", {}).get("kubernetes.io/arch")
     _refuse_unknown(spec.get("nodeSelector", {}), {"kubernetes.io/arch"}, "nodeSelector")
     if arch is not None and arch != ARCH.get(platform.machine()):

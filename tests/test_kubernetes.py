@@ -164,6 +164,15 @@ def test_a_one_node_deployment_is_a_deployment_with_its_gpus_secret_and_architec
         "name": "HF_TOKEN",
         "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN", "optional": True}},
     }
+    # An update replaces the pod that holds the node's GPUs instead of asking for a second node's worth.
+    assert _kind(documents, "Deployment")["spec"]["strategy"] == {"type": "Recreate"}
+    cpu = kubernetes.objects(blueprint_of(project, TINY, "cpu").deployment("single_node_tp"))
+    assert "strategy" not in _kind(cpu, "Deployment")["spec"], "a pod without GPUs rolls"
+    # No service variables: a Service named vllm would give VLLM_PORT=tcp://..., which vLLM misreads.
+    for _, docs in _committed():
+        for doc in docs:
+            for _, template in checks.pod_templates(doc):
+                assert template["spec"]["enableServiceLinks"] is False, doc["metadata"]["name"]
 
 
 def test_a_setting_with_no_pod_value_is_refused_naming_it(project: Project) -> None:

@@ -255,6 +255,12 @@ def _probes(spec: RunSpec) -> dict[str, Any]:
     }
 
 
+def _replacement(spec: RunSpec) -> dict[str, Any]:
+    """A pod that holds GPUs is replaced, not rolled: a rolling update starts the new pod first, which asks
+    for a second node's worth of GPUs while the old pod holds them (and waits, Pending, where there is none)."""
+    return {"strategy": {"type": "Recreate"}} if _resources(spec) else {}
+
+
 def _resources(spec: RunSpec) -> dict[str, Any]:
     resource = GPU_RESOURCES.get(spec.gpu_request.driver) if spec.gpu_request else None
     resource = resource or next((DEVICE_RESOURCES[d] for d in spec.devices if d in DEVICE_RESOURCES), None)
@@ -330,6 +336,9 @@ def pod_template(
     annotations = dict(spec.labels)
     annotations["ai.vllm.factory.gpus"] = str(spec.gpus)  # the GPUs the process uses
     pod: dict[str, Any] = {
+        # No variables for every Service of the namespace: vLLM reads none, and a Service named `vllm`
+        # would give each pod VLLM_PORT=tcp://..., which vLLM takes for its own setting.
+        "enableServiceLinks": False,
         "nodeSelector": {"kubernetes.io/arch": ARCHITECTURES[spec.platform]},
         "containers": [container],
         "volumes": volumes,
@@ -356,7 +365,12 @@ def objects(deployment: Deployment) -> list[Manifest]:
             "apiVersion": "apps/v1",
             "kind": "Deployment",
             "metadata": metadata,
-            "spec": {"replicas": 1, "selector": {"matchLabels": {NAME_LABEL: name}}, "template": template},
+            "spec": {
+                "replicas": 1,
+                **_replacement(spec),
+                "selector": {"matchLabels": {NAME_LABEL: name}},
+                "template": template,
+            },
         }
         serving, selector = spec, {NAME_LABEL: name}
     else:
