@@ -202,6 +202,8 @@ def finish(
         server=server,
         gpus_per_node=image.gpus_per_node,
         start_period_s=image.start_period_s,
+        # a model the image carries is not downloaded: no cache to size
+        weights_gb=None if image.bundled_model_src else image.weights_gb,
     )
     deployments = tuple(_deployment(project, image, vendor, run, p) for p in planned)
     return Blueprint(

@@ -71,7 +71,8 @@ class ControlPlane:
                     },
                 },
                 "status": {
-                    key: {"cpu": "64", "memory": "512Gi", "ephemeral-storage": "1Ti", "pods": "110"}
+                    # an 8-GPU server's (NVIDIA's DGX H200: 2 TB of memory, 30 TB of NVMe, 224 threads)
+                    key: {"cpu": "224", "memory": "2Ti", "ephemeral-storage": "30Ti", "pods": "110"}
                     | dict.fromkeys(GPU_RESOURCES, str(GPUS_PER_NODE))
                     for key in ("allocatable", "capacity")
                 },

@@ -146,7 +146,7 @@ def test_with_hybrid_load_balancing_the_service_selects_every_rank(project: Proj
     worker = _kind(documents, "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]["workerTemplate"]
     container = worker["spec"]["containers"][0]
     assert "readinessProbe" in container
-    assert container["resources"] == {"limits": {"nvidia.com/gpu": "8"}}
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "8"}
     # the start rank is index x 8: computed by the fixed shell line, the recipe's values its arguments
     assert container["command"][:3] == ["sh", "-c", kubernetes.RANK_SCRIPT.replace("$", "$$")]
 
@@ -173,6 +173,30 @@ def test_a_one_node_deployment_is_a_deployment_with_its_gpus_secret_and_architec
         for doc in docs:
             for _, template in checks.pod_templates(doc):
                 assert template["spec"]["enableServiceLinks"] is False, doc["metadata"]["name"]
+
+
+def test_pods_ask_for_cpu_memory_and_the_disk_of_the_model_they_download(project: Project) -> None:
+    """Requests from the catalog and the model, not one constant: a CPU per GPU driven beside the catalog's
+    floor, /dev/shm counted as memory, and the model cache sized from the checkpoint (the recipe's VRAM
+    figure / 1.2, SCHEMA.md's formula) as the emptyDir's limit and the disk asked for."""
+    recipe = project.tree.recipe(KIMI).recipe
+    vram = recipe.variants["default"].vram_minimum_gb
+    assert vram is not None
+    documents = kubernetes.objects(blueprint_of(project, KIMI, "h200").deployment("single_node_tp"))
+    pod = _kind(documents, "Deployment")["spec"]["template"]["spec"]
+    asked = pod["containers"][0]["resources"]["requests"]
+    floor = project.catalog.vendors["nvidia"].pod_requests
+    assert floor is not None
+    assert asked["cpu"] == str(floor.cpu + 8) and asked["memory"] == f"{floor.memory_gib + 16}Gi"
+    cache = next(v for v in pod["volumes"] if v["name"] == "model-cache")["emptyDir"]["sizeLimit"]
+    assert asked["ephemeral-storage"] == cache
+    weights_gib = vram / 1.2 * 1e9 / 2**30
+    assert weights_gib < int(cache.removesuffix("Gi")) <= weights_gib * 1.25 + 2, cache
+    # The tiny model is in its image: no cache to size, and the CPU backend's own floor.
+    tiny = kubernetes.objects(blueprint_of(project, TINY, "cpu").deployment("single_node_tp"))
+    tiny_pod = _kind(tiny, "Deployment")["spec"]["template"]["spec"]
+    assert "ephemeral-storage" not in tiny_pod["containers"][0]["resources"]["requests"]
+    assert all("sizeLimit" not in v["emptyDir"] for v in tiny_pod["volumes"] if v["name"] == "model-cache")
 
 
 def test_a_setting_with_no_pod_value_is_refused_naming_it(project: Project) -> None:
@@ -556,7 +580,7 @@ def test_a_pd_deployment_is_an_lws_per_pool_and_the_router_behind_the_service(
         leader = dict(checks.pod_templates(one))["leader"]["spec"]["containers"][0]
         env = {e["name"]: e for e in leader["env"]}
         assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
-        assert leader["resources"] == {"limits": {"nvidia.com/gpu": "8"}}
+        assert leader["resources"]["limits"] == {"nvidia.com/gpu": "8"}
         # compose splits or names the node's GPUs; a pod sees only its own, numbered from 0
         assert "CUDA_VISIBLE_DEVICES" not in env
     assert checks.address_problems(documents) == []

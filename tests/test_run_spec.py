@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from factory.blueprint import plan_recipe, select
-from factory.catalog.schema import GpuRequest, Secret, Volume
+from factory.catalog.schema import GpuRequest, PodRequests, Secret, Volume
 from factory.plan.models import Deployment
 from factory.plan.runspec import FromIndex, RunSpec, template_of
 from factory.project import Project, load_project
@@ -54,6 +54,8 @@ MUTATIONS: dict[str, Callable[[RunSpec], Any]] = {
         Volume(name="x", target="/x", setting="X_DIR", default="/x", what="x"),
     ),
     "labels": lambda spec: (*spec.labels, ("team", "serving")),
+    "requests": lambda spec: PodRequests(cpu=7, memory_gib=9),
+    "cache_gb": lambda spec: 42.0,
 }
 
 

@@ -122,6 +122,17 @@ class GpuCheck(Strict):
     remote_env: str | None = None  # on a remote engine, this variable set to 1 says the GPUs are there
 
 
+class PodRequests(Strict):
+    """What a pod asks its node for besides GPUs, so it is scheduled with room and is not the first evicted
+    under pressure (a pod with no requests is BestEffort). The renderer adds one CPU per GPU the process
+    drives (vLLM runs a worker process per GPU) and the /dev/shm size (a memory-backed emptyDir counts as
+    the pod's memory)."""
+
+    cpu: int  # besides one per GPU: vLLM's API server and engine core
+    memory_gib: int  # besides /dev/shm
+    why: str = ""
+
+
 class Vendor(Strict):
     """What a container needs to see this vendor's GPUs. One home for it: the compose files, `factory show`'s
     `docker run` and validation's containers all read it from here."""
@@ -135,6 +146,7 @@ class Vendor(Strict):
     # /dev/shm of every serving container: NCCL, vLLM's workers and its message queues use it. A size (rather
     # than the host's IPC namespace, as the recipe pages' --ipc=host) is what every format can express.
     shm_size: str
+    pod_requests: PodRequests | None = None  # None: a pod asks for nothing (BestEffort)
     sources: list[str] = []
 
 
@@ -169,6 +181,7 @@ class Server(Strict):
     ulimits: dict[str, int] = {}
     secrets: list[Secret] = []
     volumes: list[Volume] = []
+    router_requests: PodRequests | None = None  # the P/D router's pod (no GPU, no model)
 
     @property
     def health_url(self) -> str:

@@ -88,6 +88,7 @@ def plan_image_spec(
         default_command=default_command,
         tasks=list(recipe.meta.tasks),
         start_period_s=start_period(str(recipe.model.parameter_count or "")),
+        weights_gb=weights_size(recipe.variants[variant].vram_minimum_gb),
         repository=naming.repository(image_slug),
         tag=naming.tag(release.vllm, hardware_key, variant, loaded),
     )
@@ -156,6 +157,17 @@ def install_spec(
         omni_requirements=omni_part,
     )
     return spec, None, None
+
+
+# SCHEMA.md: vram_minimum_gb = ceil(params x bytes x 1.2), the weights and 20 % of room.
+VRAM_PER_WEIGHT = 1.2
+
+
+def weights_size(vram_minimum_gb: float | None) -> float | None:
+    """The checkpoint's size on disk in GB, from the VRAM the recipe says it needs."""
+    if vram_minimum_gb is None or not 0 < vram_minimum_gb < 1e6:
+        return None
+    return round(vram_minimum_gb / VRAM_PER_WEIGHT, 1)
 
 
 def start_period(parameter_count: str | None) -> int:

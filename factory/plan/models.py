@@ -89,6 +89,9 @@ class ImageSpec(Frozen):
     default_command: list[str]  # the recommended single-node command: `docker run IMAGE` serves it
     tasks: list[str] = []  # what the model does (the recipe's meta.tasks): chooses validation's probes
     start_period_s: int
+    # The checkpoint's size on disk, where the recipe says how much VRAM it needs: SCHEMA.md sizes VRAM as
+    # weights x 1.2. Sizes the model cache a pod downloads into. None: the recipe gives no size.
+    weights_gb: float | None = None
     repository: str
     tag: str
 

@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from factory.catalog.schema import GpuRequest, Secret, Server, Vendor, Volume
+from factory.catalog.schema import GpuRequest, PodRequests, Secret, Server, Vendor, Volume
 from factory.plan.settings import PLACEHOLDER, known_setting, setting
 from factory.synthesis.args import flag_value, int_value
 
@@ -89,6 +89,8 @@ class RunSpec(Frozen):
     probe: HealthProbe | None  # None: it serves no HTTP (a headless rank)
     volumes: tuple[Volume, ...]
     labels: tuple[tuple[str, str], ...]
+    requests: PodRequests | None = None  # what a pod of it asks its node for besides GPUs
+    cache_gb: float | None = None  # the checkpoint it downloads into the model cache (None: unknown, none)
 
     @property
     def is_template(self) -> bool:
@@ -202,6 +204,7 @@ class Run(Frozen):
     server: Server
     gpus_per_node: int
     start_period_s: int
+    weights_gb: float | None = None  # the checkpoint a process downloads (None: unknown, or in the image)
 
 
 def process_spec(
@@ -262,6 +265,8 @@ def process_spec(
         probe=probe,
         volumes=tuple(server.volumes) if is_vllm else (),
         labels=tuple(sorted(labels.items())),
+        requests=vendor.pod_requests if is_vllm else server.router_requests,
+        cache_gb=run.weights_gb if is_vllm else None,
     )
 
 

@@ -20,6 +20,9 @@ CANNOT_EXPRESS = {
     "every process reserves all of its node's GPUs (the recipe pages' --gpus all)",
     "platform": "not printed: an image tag names the build for one CPU platform, and the engine runs it "
     "on its own (Kubernetes needs it to choose a node)",
+    "requests": "what a scheduler places a pod by: one engine on one host has no scheduler, and a memory "
+    "reservation is a soft limit that starts nothing elsewhere",
+    "cache_gb": "the model cache is a host folder the user names (HF_CACHE): the host's disk bounds it",
 }
 IMAGE_SETTING = "FACTORY_IMAGE"  # runs another image (a mirror, a test build) with the same file
 ROUTER_IMAGE_SETTING = "VLLM_ROUTER_IMAGE"  # the same for the PD router's image

@@ -257,8 +257,41 @@ def _probes(spec: RunSpec) -> dict[str, Any]:
 
 def _replacement(spec: RunSpec) -> dict[str, Any]:
     """A pod that holds GPUs is replaced, not rolled: a rolling update starts the new pod first, which asks
-    for a second node's worth of GPUs while the old pod holds them (and waits, Pending, where there is none)."""
+    for a second node's worth of GPUs while the old pod holds them (Pending, where there is none)."""
     return {"strategy": {"type": "Recreate"}} if _resources(spec) else {}
+
+
+# The model cache's room beyond the checkpoint: the kubelet evicts a pod whose emptyDir outgrows its
+# sizeLimit, so a tight one would evict on the tokenizer's and the hub's own files.
+CACHE_ROOM = 1.25
+
+
+def _cache_limit(spec: RunSpec) -> str | None:
+    """The model cache's size limit, from the checkpoint's size where the recipe gives it."""
+    if spec.cache_gb is None:
+        return None
+    return f"{math.ceil(spec.cache_gb * 1e9 / 2**30 * CACHE_ROOM) + 1}Gi"
+
+
+def _mebibytes(quantity: str) -> int:
+    """A quantity _shm_limit printed, in MiB (rounded up)."""
+    number, unit = re.fullmatch(r"(\d+)(Ki|Mi|Gi|Ti)?", quantity).groups()  # type: ignore[union-attr]
+    return math.ceil(int(number) * {None: 2**-20, "Ki": 2**-10, "Mi": 1, "Gi": 2**10, "Ti": 2**20}[unit])
+
+
+def _requests(spec: RunSpec) -> dict[str, Any]:
+    """CPU (the catalog's, plus one per GPU the process drives), memory (the catalog's, plus /dev/shm, a
+    memory-backed emptyDir the pod's memory counts) and, where the model cache is sized, its disk."""
+    if spec.requests is None:
+        return {}
+    shm = _mebibytes(_shm_limit(spec.shm_size)) if spec.shm_size else 0
+    memory = spec.requests.memory_gib * 1024 + shm
+    asked = {
+        "cpu": str(spec.requests.cpu + spec.gpus),
+        "memory": f"{memory // 1024}Gi" if memory % 1024 == 0 else f"{memory}Mi",
+    }
+    cache = _cache_limit(spec)
+    return {"requests": asked | ({"ephemeral-storage": cache} if cache else {})}
 
 
 def _resources(spec: RunSpec) -> dict[str, Any]:
@@ -322,7 +355,10 @@ def pod_template(
     ]
     env += [{"name": env_name, "value": text} for env_name, text in values]
     mounts = [{"name": volume.name, "mountPath": volume.target} for volume in spec.volumes]
-    volumes: list[dict[str, Any]] = [{"name": volume.name, "emptyDir": {}} for volume in spec.volumes]
+    cache = _cache_limit(spec)
+    volumes: list[dict[str, Any]] = [
+        {"name": volume.name, "emptyDir": {"sizeLimit": cache} if cache else {}} for volume in spec.volumes
+    ]
     if spec.shm_size:
         mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
         volumes.append(
@@ -332,7 +368,9 @@ def pod_template(
     container |= {"command": command} if command else {}
     container |= {"args": args, "env": env}
     container |= {"ports": [{"name": "http", "containerPort": spec.port}]} if spec.probe else {}
-    container |= _resources(spec) | _security(spec) | {"volumeMounts": mounts} | _probes(spec)
+    resources = _resources(spec).get("resources", {}) | _requests(spec)
+    container |= {"resources": resources} if resources else {}
+    container |= _security(spec) | {"volumeMounts": mounts} | _probes(spec)
     annotations = dict(spec.labels)
     annotations["ai.vllm.factory.gpus"] = str(spec.gpus)  # the GPUs the process uses
     pod: dict[str, Any] = {

@@ -35,6 +35,8 @@ CANNOT_EXPRESS = {
     "every process reserves all of its node's GPUs (the recipe pages' --gpus all)",
     "program": "the image's entrypoint runs the program: a container names none",
     "platform": "the validation runs the image it built, on this machine's CPU platform",
+    "requests": "one container on this engine: nothing to schedule it among",
+    "cache_gb": "validation mounts the cache folder it is given, on this machine's disk",
 }
 
 
