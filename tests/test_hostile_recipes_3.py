@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from factory.errors import InputError
+from factory.recipes.loader import load_tree
 from tests.conftest import small_recipe
 from tests.test_hostile_recipes_2 import _generate, _only_bad, _tree
 
@@ -69,3 +71,41 @@ def test_a_slug_that_is_the_name_of_the_factorys_own_entry_is_refused(tmp_path: 
     recipes = _tree(tmp_path, {"acme/One-8B": _named(slug, "acme/One-8B")})
     _, line = _only_bad(tmp_path, recipes, f"the image name {slug!r} is the factory's own")
     assert "meta.slug" in line
+
+
+@pytest.mark.parametrize(
+    ("names", "fold"),
+    [
+        (["v1.0", "v1-0"], "compose project name 'v1-0'"),
+        (["v1_0", "v1-0"], "compose project name 'v1-0'"),
+        (["v1+0", "v1-0"], "Kubernetes name 'v1-0'"),
+        (["Fast", "fast"], "compose project name 'fast'"),
+    ],
+)
+def test_variants_that_an_output_folds_together_refuse_their_recipe(
+    tmp_path: Path, names: list[str], fold: str
+) -> None:
+    """Accepted before, then folded to one compose project and one set of Kubernetes objects: starting one
+    variant's deployment replaced the other's."""
+    recipe = small_recipe()
+    default = recipe["variants"]["default"]  # type: ignore[index]
+    recipe["variants"] = {"default": default, **{name: dict(default) for name in names}}
+    _, line = _only_bad(tmp_path, _tree(tmp_path, {"acme/Small-8B": recipe}), f"share the {fold}")
+    assert "variants" in line and all(repr(name) in line for name in names), line
+
+
+def test_two_ids_that_differ_only_in_case_are_each_reachable_by_its_own(tmp_path: Path) -> None:
+    """Both were unreachable by their exact id ("matches more than one recipe"); a name in another case
+    still matches both and is refused, naming them."""
+    recipes = _tree(
+        tmp_path,
+        {
+            "acme/Small-8B": _named("small-a", "acme/Small-8B"),
+            "acme/small-8b": _named("small-b", "acme/small-8b"),
+        },
+    )
+    tree = load_tree(recipes)
+    assert tree.recipe("acme/Small-8B").recipe_id == "acme/Small-8B"
+    assert tree.recipe("acme/small-8b").recipe_id == "acme/small-8b"
+    with pytest.raises(InputError, match="more than one recipe"):
+        tree.recipe("ACME/SMALL-8B")

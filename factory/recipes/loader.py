@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,17 +67,20 @@ class RecipeTree:
 
     def lookup(self, name: str) -> tuple[LoadedRecipe, str | None]:
         """The recipe a name means, and the variant it names (when it is a variant's model id). Looked up
-        as a recipe id, then a model id, then a variant's model id: the first level that matches decides,
-        and one that matches several recipes is refused with them (a name that differs only in case must
-        not take another recipe's place)."""
+        as the exact recipe id, a recipe id in any case, a model id, then a variant's model id: the first
+        level that matches decides, and one that matches several recipes is refused with them (a name that
+        differs only in case must not take another recipe's place)."""
         wanted = identity(name)
+        exact = any(loaded.recipe_id == name for loaded in self.recipes.values())
         for problem in self.problems:
-            if identity(problem.recipe_id) == wanted:
+            if problem.recipe_id == name or (not exact and identity(problem.recipe_id) == wanted):
                 raise InputError(
                     f"this recipe could not be read:\n{problem.error}", field="MODEL", value=name
                 )
         recipes = self.recipes.values()
         levels: list[list[tuple[LoadedRecipe, str | None]]] = [
+            # an exact id first: two ids that differ only in case stay reachable, each by its own
+            [(loaded, None) for loaded in recipes if loaded.recipe_id == name],
             [(loaded, None) for loaded in recipes if identity(loaded.recipe_id) == wanted],
             [(loaded, None) for loaded in recipes if identity(loaded.model_id) == wanted],
             [
@@ -260,14 +263,48 @@ def _slugs(loaded: LoadedRecipe) -> set[tuple[str, str]]:
     for model in models:
         name = identity(given or model.split("/")[-1])
         found.add(("image name", name))
-        found.add(("compose project name", re.sub(r"[._]", "-", name.lower())))
-        found.add(("Kubernetes name", re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")))
+        found |= {(how, fold(name)) for how, fold in FOLDS.items()}
     return found
+
+
+def _compose_fold(name: str) -> str:
+    return re.sub(r"[._]", "-", name.lower())
+
+
+def _kubernetes_fold(name: str) -> str:
+    return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
+
+
+# How each output folds a name: compose project names ('.' and '_' become '-'), Kubernetes object names
+# (every run of other characters becomes one '-').
+FOLDS: dict[str, Callable[[str], str]] = {
+    "compose project name": _compose_fold,
+    "Kubernetes name": _kubernetes_fold,
+}
+
+
+def _refuse_folded_variants(recipe: Recipe, path: Path) -> None:
+    """Variants whose names fold together (`v1.0`, `v1-0`, `v1_0`) would share compose projects and
+    Kubernetes objects: starting one would replace the other's containers. The recipe is refused."""
+    for how, fold in FOLDS.items():
+        folded: dict[str, list[str]] = {}
+        for name in recipe.variants:
+            folded.setdefault(fold(name), []).append(name)
+        for same, names in sorted(folded.items()):
+            if len(names) > 1:
+                raise InputError(
+                    f"variants {', '.join(repr(n) for n in names)} share the {how} {same!r}",
+                    file=path,
+                    field="variants",
+                    value=names[1],
+                    hint="name the variants so they differ in letters or digits, not in '.', '_' or case",
+                )
 
 
 def _load_recipe(path: Path, recipe_id: str, tree: RecipeTree, strict: bool) -> LoadedRecipe:
     _check_file(path)
     recipe = load_model(Recipe, path)
+    _refuse_folded_variants(recipe, path)
     ignored = ignored_keys(recipe, hardware_keys(tree.taxonomy))
     if strict:
         refuse(ignored, path)
