@@ -10,7 +10,7 @@ import pytest
 
 from factory.errors import InputError
 from factory.recipes.loader import load_tree
-from tests.conftest import small_recipe
+from tests.conftest import run_factory, small_recipe
 from tests.test_hostile_recipes_2 import _generate, _only_bad, _tree
 
 
@@ -109,3 +109,13 @@ def test_two_ids_that_differ_only_in_case_are_each_reachable_by_its_own(tmp_path
     assert tree.recipe("acme/small-8b").recipe_id == "acme/small-8b"
     with pytest.raises(InputError, match="more than one recipe"):
         tree.recipe("ACME/SMALL-8B")
+
+
+def test_a_catalog_with_no_gpus_per_node_is_refused_naming_the_field(scratch: Path) -> None:
+    """`gpus_per_node: 0` planned 0 GPUs for every process of that hardware; a count is range-checked like
+    a recipe's."""
+    catalog = scratch / "catalog" / "hardware.yaml"
+    catalog.write_text(catalog.read_text().replace("    gpus_per_node: 8", "    gpus_per_node: 0", 1))
+    result = run_factory(scratch, "generate")
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert "hardware.yaml" in result.stderr and "gpus_per_node" in result.stderr, result.stderr[-2000:]

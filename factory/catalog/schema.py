@@ -128,8 +128,8 @@ class PodRequests(Strict):
     drives (vLLM runs a worker process per GPU) and the /dev/shm size (a memory-backed emptyDir counts as
     the pod's memory)."""
 
-    cpu: int  # besides one per GPU: vLLM's API server and engine core
-    memory_gib: int  # besides /dev/shm
+    cpu: Count  # besides one per GPU: vLLM's API server and engine core
+    memory_gib: Count  # besides /dev/shm
     why: str = ""
 
 
@@ -193,7 +193,7 @@ class Hardware(Strict):
     display_name: str
     platform: Platform
     gpu_arch: str | None  # sm_90, gfx942, ...; None for the CPU target
-    gpus_per_node: int
+    gpus_per_node: Count  # 0 planned 0 GPUs for every process (one node's worth; the CPU target has 1)
     install: str
     base_image: str | None = None  # None when the install brings its own (a vendor image)
     sources: list[str] = []
