@@ -4,13 +4,15 @@ one line naming the file, the place and the value, every other recipe generated,
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from factory.errors import InputError
 from factory.recipes.loader import load_tree
-from tests.conftest import run_factory, small_recipe
+from tests.conftest import kubectl, run_factory, small_recipe
 from tests.test_hostile_recipes_2 import _generate, _only_bad, _tree
 
 
@@ -119,3 +121,31 @@ def test_a_catalog_with_no_gpus_per_node_is_refused_naming_the_field(scratch: Pa
     result = run_factory(scratch, "generate")
     assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert "hardware.yaml" in result.stderr and "gpus_per_node" in result.stderr, result.stderr[-2000:]
+
+
+def test_a_character_past_u_ffff_reaches_the_manifest_as_yaml_escapes_it(tmp_path: Path) -> None:
+    """JSON's surrogate-pair escape ("\\ud83d\\ude00") made `kubectl kustomize` refuse the manifest; YAML's
+    \\U escape reads back as the character."""
+    recipe = small_recipe()
+    recipe["model"]["base_env"] = {"GREETING": "hi \U0001f600"}  # type: ignore[index]
+    recipes = _tree(tmp_path, {"acme/Small-8B": recipe})
+    result, out, _ = _generate(tmp_path, recipes)
+    manifests = [m for m in sorted((out / "k8s").rglob("manifest.yaml")) if "small" in m.as_posix()]
+    assert manifests, result.stderr[-2000:]
+    text = manifests[0].read_text()
+    assert "\\ud83d" not in text and "\\U0001F600" in text
+    rendered = subprocess.run(
+        [kubectl(), "kustomize", str(manifests[0].parent)], capture_output=True, text=True, check=False
+    )
+    assert rendered.returncode == 0, rendered.stderr
+    assert "hi \U0001f600" in str(list(yaml.safe_load_all(rendered.stdout)))
+
+
+@pytest.mark.parametrize("character", ["\ufffe", "\uffff"])
+def test_a_noncharacter_no_yaml_file_may_carry_refuses_its_recipe(tmp_path: Path, character: str) -> None:
+    """U+FFFE and U+FFFF passed into files compose and kustomize then refused ("control characters are not
+    allowed"), written or escaped."""
+    recipe = small_recipe()
+    recipe["model"]["base_env"] = {"A": f"a{character}b"}  # type: ignore[index]
+    _, line = _only_bad(tmp_path, _tree(tmp_path, {"acme/Small-8B": recipe}), "model.base_env.A")
+    assert "no YAML file may carry it" in line, line

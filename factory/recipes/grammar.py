@@ -22,11 +22,13 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 MODEL_ID = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9._-]*/)?[A-Za-z0-9][A-Za-z0-9._-]*|/[A-Za-z0-9._/-]+")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # C0, DEL, C1 and the Unicode line and paragraph separators: each ends a line or a comment for some reader
-# of the generated files (YAML ends a comment at U+2028 too).
-CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# of the generated files (YAML ends a comment at U+2028 too). Then what no YAML file may carry at all,
+# written or escaped (compose and kustomize refuse it): surrogates and the noncharacters U+FFFE, U+FFFF.
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff\ufffe\uffff]")
 # Page text and shell snippets the factory reads but never writes into a generated file: they may span lines.
 PROSE = frozenset({"description", "guide", "command", "install", "curl", "note"})
-PROSE_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")  # newline and tab allowed
+# The same, newline and tab allowed.
+PROSE_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff\ufffe\uffff]")
 # The longest value that may reach a generated file (a flag, an environment value, a name): far above any
 # upstream value (170 characters), far below the 65,535-byte line Docker's Dockerfile parser refuses.
 MAX_VALUE = 4096
@@ -117,7 +119,8 @@ def _check_text(value: str, path: Path, field: str, prose: bool) -> None:
     control = (PROSE_CONTROL if prose else CONTROL).search(value)
     if control:
         raise InputError(
-            f"a control character ({control.group()!r}) in a value: it would end a line of a generated file",
+            f"a control character ({control.group()!r}) in a value: it would end a line of a generated file, "
+            "or no YAML file may carry it",
             file=path,
             field=field,
             value=value,

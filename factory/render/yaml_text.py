@@ -22,12 +22,22 @@ _SPELLED: dict[str, str] = {}  # string -> how it is written (bounded: a cache, 
 _SPELLED_MAX = 200_000
 
 
+def _double_quoted(value: str) -> str:
+    """A YAML double-quoted scalar: JSON's escapes (all ASCII), except for a character past U+FFFF, which
+    JSON spells as a UTF-16 surrogate pair that YAML readers refuse (kustomize: "invalid Unicode character
+    escape code"): YAML's own escape for it is \\UXXXXXXXX."""
+    if not value or max(value) <= "\uffff":
+        return json.dumps(value)
+    inner = "".join(f"\\U{ord(c):08X}" if c > "\uffff" else json.dumps(c)[1:-1] for c in value)
+    return f'"{inner}"'
+
+
 def scalar(value: Any) -> str:
     if type(value) is str:
         spelled = _SPELLED.get(value)
         if spelled is None:
             plain = _PLAIN.fullmatch(value) and value.lower() not in _SPECIAL
-            spelled = value if plain else json.dumps(value)
+            spelled = value if plain else _double_quoted(value)
             if len(_SPELLED) < _SPELLED_MAX:
                 _SPELLED[value] = spelled
         return spelled
