@@ -11,8 +11,10 @@ import pytest
 import yaml
 
 from factory.errors import InputError
+from factory.project import Project
 from factory.recipes.loader import load_tree
-from tests.conftest import kubectl, run_factory, small_recipe
+from factory.render.outputs import image_outputs
+from tests.conftest import TINY, blueprint_of, kubectl, run_factory, small_recipe
 from tests.test_hostile_recipes_2 import _generate, _only_bad, _tree
 
 
@@ -149,3 +151,15 @@ def test_a_noncharacter_no_yaml_file_may_carry_refuses_its_recipe(tmp_path: Path
     recipe["model"]["base_env"] = {"A": f"a{character}b"}  # type: ignore[index]
     _, line = _only_bad(tmp_path, _tree(tmp_path, {"acme/Small-8B": recipe}), "model.base_env.A")
     assert "no YAML file may carry it" in line, line
+
+
+def test_a_dockerfile_line_over_docker_s_limit_in_bytes_is_refused(project: Project) -> None:
+    """Each value is limited in characters; twenty of 4,000 two-byte characters made a CMD line of about
+    160 kB, which Docker's parser refuses (lines of at most 65,535 bytes)."""
+    image = blueprint_of(project, TINY, "cpu").image
+    assert image.install is not None
+    long = image.model_copy(update={"default_command": [*image.default_command, *["é" * 4000] * 20]})
+    with pytest.raises(InputError, match="Docker refuses lines over 65,535") as refused:
+        image_outputs(long, "0" * 64, project.catalog.server, None)
+    assert refused.value.file == image.recipe_file
+    assert image_outputs(image, "0" * 64, project.catalog.server, None), "the image as it is renders"

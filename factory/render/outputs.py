@@ -10,6 +10,7 @@ from importlib import resources
 from pathlib import Path, PurePosixPath
 
 from factory.catalog.schema import Server
+from factory.errors import InputError
 from factory.plan.models import Deployment, ImagePlan, ImageSpec
 from factory.render import compose, kubernetes
 from factory.render.templating import render_bake, render_dockerfile
@@ -57,8 +58,10 @@ def image_outputs(
     if image.install is None:
         return []
     base = image.directory
+    dockerfile = render_dockerfile(image, inputs_hash, server).encode()
+    _refuse_long_lines(dockerfile, image)
     files = [
-        OutputFile(base / "Dockerfile", render_dockerfile(image, inputs_hash, server).encode()),
+        OutputFile(base / "Dockerfile", dockerfile),
         OutputFile(base / "factory-serve", image_support_file("factory-serve"), executable=True),
         OutputFile(base / "image_info.py", image_support_file("image_info.py")),
         *_requirements(base, image),
@@ -70,6 +73,23 @@ def image_outputs(
         for name, content in bundled_model_files(model_folder).items()
     ]
     return files
+
+
+# Docker's Dockerfile parser refuses a line longer than this, in bytes (a recipe's values are limited one
+# by one, in characters: several long ones of multi-byte characters still made one CMD line of 86 kB).
+DOCKERFILE_LINE_BYTES = 65_535
+
+
+def _refuse_long_lines(dockerfile: bytes, image: ImageSpec) -> None:
+    longest = max(dockerfile.split(b"\n"), key=len)
+    if len(longest) > DOCKERFILE_LINE_BYTES:
+        raise InputError(
+            f"a line of the image's Dockerfile would be {len(longest):,} bytes, and Docker refuses lines "
+            f"over {DOCKERFILE_LINE_BYTES:,}: the recipe's values that reach it are too long together",
+            file=image.recipe_file,
+            field="the image's command and environment",
+            value=longest[:60].decode(errors="replace") + "...",
+        )
 
 
 def _requirements(base: PurePosixPath, image: ImageSpec) -> list[OutputFile]:
