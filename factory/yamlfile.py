@@ -69,6 +69,50 @@ class _Loader(_BaseLoader):  # type: ignore[misc]
         return dict(super().construct_mapping(node, deep=deep))
 
 
+# The recipes site reads every file with js-yaml 4 (its default schema: YAML 1.2's core schema, timestamps
+# and merge keys), PyYAML with YAML 1.1's: unquoted `yes` and `off` were booleans here, `1:30` was 90 and
+# `010` was 8, where the site reads "yes", "off", "1:30" and 10. These are js-yaml 4.3.2's resolvers (read
+# from its lib/type/*.js), in its order; timestamps and merge keys stay PyYAML's, which agree with it.
+_JS_YAML_SCALARS: list[tuple[str, str, list[str]]] = [
+    ("tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
+    ("tag:yaml.org,2002:bool", r"^(?:true|True|TRUE|false|False|FALSE)$", list("tTfF")),
+    ("tag:yaml.org,2002:int", r"^[-+]?(?:0b[01]+|0x[0-9a-fA-F]+|0o[0-7]+|[0-9]+)$", list("-+0123456789")),
+    (
+        "tag:yaml.org,2002:float",
+        r"^(?:[-+]?[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?|\.[0-9]+(?:[eE][-+]?[0-9]+)?"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$",
+        list("-+0123456789."),
+    ),
+]
+_KEPT = {"tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:merge"}
+_INT_BASES = {"0b": 2, "0o": 8, "0x": 16}
+
+
+def _js_yaml_resolvers() -> dict[Any, list[tuple[str, re.Pattern[str]]]]:
+    resolvers: dict[Any, list[tuple[str, re.Pattern[str]]]] = {}
+    for tag, pattern, first in _JS_YAML_SCALARS:
+        for char in first:
+            resolvers.setdefault(char or None, []).append((tag, re.compile(pattern)))
+    for char, entries in yaml.SafeLoader.yaml_implicit_resolvers.items():
+        for tag, regexp in entries:
+            if tag in _KEPT:
+                resolvers.setdefault(char, []).append((tag, regexp))
+    return resolvers
+
+
+def _construct_int(loader: Any, node: yaml.ScalarNode) -> int:
+    """js-yaml's integer: decimal whatever its leading zeros, 0b, 0o and 0x forms, a sign before any."""
+    text = str(loader.construct_scalar(node))
+    sign = -1 if text.startswith("-") else 1
+    digits = text.lstrip("+-") if text[:1] in "+-" else text
+    base = _INT_BASES.get(digits[:2])
+    return sign * (int(digits[2:], base) if base else int(digits, 10))
+
+
+_Loader.yaml_implicit_resolvers = _js_yaml_resolvers()
+_Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+
+
 def read_yaml(path: Path) -> Any:
     try:
         text = path.read_text(encoding="utf-8")

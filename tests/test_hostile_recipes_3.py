@@ -4,6 +4,9 @@ one line naming the file, the place and the value, every other recipe generated,
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -14,6 +17,7 @@ from factory.errors import InputError
 from factory.project import Project
 from factory.recipes.loader import load_tree
 from factory.render.outputs import image_outputs
+from factory.yamlfile import read_yaml
 from tests.conftest import TINY, blueprint_of, kubectl, run_factory, small_recipe
 from tests.test_hostile_recipes_2 import _generate, _only_bad, _tree
 
@@ -163,3 +167,34 @@ def test_a_dockerfile_line_over_docker_s_limit_in_bytes_is_refused(project: Proj
         image_outputs(long, "0" * 64, project.catalog.server, None)
     assert refused.value.file == image.recipe_file
     assert image_outputs(image, "0" * 64, project.catalog.server, None), "the image as it is renders"
+
+
+# Plain scalars YAML 1.1 and 1.2 read apart, and what the site's reader (js-yaml 4.3.2, read 2026-12-03
+# through the shared oracle's node_modules) makes of each.
+SCALARS = {
+    "yes": "yes", "off": "off", "y": "y", "1:30": "1:30", "010": 10, "0o10": 8, "0x1F": 31,
+    "-0x10": -16, "0b101": 5, "1_000": "1_000", "012345678": 12345678, "TRUE": True, "Null": None,
+    "~": None, "=": "=", "+12": 12, ".5": 0.5,
+}  # fmt: skip
+
+
+def test_plain_scalars_are_read_as_the_site_reads_them(tmp_path: Path) -> None:
+    """PyYAML read `yes`, `off`, `1:30`, `010` as true, false, 90 and 8; the site keeps the first three and
+    reads 10. Where the oracle and node are here, the expected values are asked of its js-yaml itself."""
+    document = "".join(f"k{n}: {text}\n" for n, text in enumerate(SCALARS))
+    path = tmp_path / "scalars.yaml"
+    path.write_text(document)
+    ours = read_yaml(path)
+    assert ours == {f"k{n}": value for n, value in enumerate(SCALARS.values())}
+    oracle, node = os.environ.get("FACTORY_RECIPES_ORACLE"), shutil.which("node")
+    if oracle and node:
+        js_yaml = Path(oracle).parent / "node_modules" / "js-yaml" / "index.js"
+        script = (
+            f"import y from {json.dumps(str(js_yaml))}; console.log(JSON.stringify(y.load(process.argv[1])))"
+        )
+        read = subprocess.run(
+            [node, "--input-type=module", "-e", script, document], capture_output=True, text=True, check=True
+        )
+        assert json.loads(read.stdout) == ours
+    elif os.environ.get("FACTORY_REQUIRE_UPSTREAM"):
+        pytest.fail("the oracle's js-yaml and node are needed to compare with the site's reader")
