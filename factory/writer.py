@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import stat
 import threading
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
@@ -192,12 +193,17 @@ def same(path: Path, file: OutputFile) -> bool:
 
 
 def difference(path: Path, file: OutputFile) -> str | None:
-    """How the file at `path` differs from the generated one: "missing", "changed", "mode", or None."""
+    """How the file at `path` differs from the generated one: "missing", "changed", "mode", or None. Only
+    a regular file of the right size is read: a link (to /dev/zero, say), a FIFO or a folder in a generated
+    file's place is "missing" without being opened, and generate replaces it."""
     try:
-        if path.read_bytes() != file.content:
+        info = os.lstat(path)
+        if not stat.S_ISREG(info.st_mode):
+            return "missing"
+        if info.st_size != len(file.content) or path.read_bytes() != file.content:
             return "changed"
-        return "mode" if bool(path.stat().st_mode & 0o100) != file.executable else None
-    except OSError:  # absent, a folder, unreadable: generate writes it anew
+        return "mode" if bool(info.st_mode & 0o100) != file.executable else None
+    except OSError:  # absent, unreadable: generate writes it anew
         return "missing"
 
 

@@ -14,11 +14,12 @@ import pytest
 import yaml
 
 from factory.errors import InputError
+from factory.files import write_text_atomic
 from factory.project import Project
 from factory.recipes.loader import load_tree
 from factory.render.outputs import image_outputs
 from factory.yamlfile import read_yaml
-from tests.conftest import TINY, blueprint_of, kubectl, run_factory, small_recipe
+from tests.conftest import ROOT, TINY, blueprint_of, kubectl, run_factory, small_recipe
 from tests.test_hostile_recipes_2 import _generate, _only_bad, _tree
 
 
@@ -198,3 +199,78 @@ def test_plain_scalars_are_read_as_the_site_reads_them(tmp_path: Path) -> None:
         assert json.loads(read.stdout) == ours
     elif os.environ.get("FACTORY_REQUIRE_UPSTREAM"):
         pytest.fail("the oracle's js-yaml and node are needed to compare with the site's reader")
+
+
+# --- links and special files at the edges -----------------------------------------------------------------
+
+
+def _one_error(result: subprocess.CompletedProcess[str], *expected: str) -> str:
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and all(text in lines[0] for text in expected), result.stderr[-2000:]
+    return lines[0]
+
+
+@pytest.mark.parametrize("folder", ["strategies", "kv_store"])
+def test_a_shared_folder_that_is_a_link_is_refused(tmp_path: Path, folder: str) -> None:
+    """It was read silently, from wherever it pointed."""
+    recipes = _tree(tmp_path)
+    outside = tmp_path / "elsewhere"
+    if (recipes / folder).exists():
+        shutil.move(recipes / folder, outside)
+    else:
+        outside.mkdir()
+    (recipes / folder).symlink_to(outside)
+    result = run_factory(ROOT, "generate", "--recipes", str(recipes), "--out", str(tmp_path / "out"))
+    _one_error(result, "a symlink", folder)
+
+
+def test_a_fifo_among_the_strategies_is_refused_not_waited_on(tmp_path: Path) -> None:
+    """Opening it waited for a writer forever."""
+    recipes = _tree(tmp_path)
+    os.mkfifo(recipes / "strategies" / "stuck.yaml")
+    result = run_factory(ROOT, "generate", "--recipes", str(recipes), "--out", str(tmp_path / "out"))
+    _one_error(result, "not a regular file", "stuck.yaml")
+
+
+def test_a_generated_file_replaced_by_a_link_or_a_fifo_is_rewritten_without_reading_it(scratch: Path) -> None:
+    """A link to /dev/zero at a generated file's path was read until memory ran out; a FIFO hung the run."""
+    compose_file = (
+        scratch / "compose" / "tiny-random-llama" / "cpu-default" / "single_node_tp" / "compose.yaml"
+    )
+    kustomization = scratch / "k8s" / "tiny-random-llama" / "cpu-default" / "single_node_tp"
+    expected = {path: path.read_bytes() for path in (compose_file, kustomization / "manifest.yaml")}
+    compose_file.unlink()
+    compose_file.symlink_to("/dev/zero")
+    (kustomization / "manifest.yaml").unlink()
+    os.mkfifo(kustomization / "manifest.yaml")
+    checked = run_factory(scratch, "generate", "--check")
+    assert checked.returncode == 1 and "missing" in checked.stdout + checked.stderr, checked.stderr[-2000:]
+    result = run_factory(scratch, "generate")
+    assert result.returncode == 0, result.stderr[-2000:]
+    for path, content in expected.items():
+        assert not path.is_symlink() and path.is_file() and path.read_bytes() == content, path
+
+
+def test_a_link_at_the_temporary_name_is_not_written_through(tmp_path: Path) -> None:
+    """The cache's temporary file had a fixed name: a link planted there made the run overwrite the file it
+    pointed to, outside the project."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    target = tmp_path / "out" / "cache.json"
+    target.parent.mkdir()
+    (target.parent / f".{target.name}.{os.getpid()}.tmp").symlink_to(victim)
+    write_text_atomic(target, "{}")
+    assert victim.read_text() == "keep me" and target.read_text() == "{}"
+    assert [p.name for p in target.parent.iterdir()] == ["cache.json"]
+
+
+def test_a_folder_where_a_generated_file_goes_ends_in_one_line(scratch: Path) -> None:
+    """It ended in a traceback from the writer's thread."""
+    compose_file = (
+        scratch / "compose" / "tiny-random-llama" / "cpu-default" / "single_node_tp" / "compose.yaml"
+    )
+    compose_file.unlink()
+    (compose_file / "inside").mkdir(parents=True)
+    result = run_factory(scratch, "generate")
+    _one_error(result, "compose.yaml")

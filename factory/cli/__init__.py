@@ -37,3 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # stdout goes to /dev/null so the interpreter's last flush does not raise again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # as a program killed by SIGPIPE, the shell's convention
+    except OSError as exc:  # a read-only folder, a full disk, a folder where a file goes: one line
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 2

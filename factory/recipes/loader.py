@@ -114,10 +114,15 @@ def load_tree(root: Path, strict: bool = False) -> RecipeTree:
             file=root,
             hint="expected models/<org>/<name>.yaml, strategies/*.yaml and taxonomy.yaml",
         )
+    for folder in (root / "strategies", root / "kv_store"):
+        if folder.is_symlink():
+            raise InputError("a symlink: the tree's folders are read from inside the tree only", file=folder)
     shared = [taxonomy_path, *(root / "strategies").glob("*.yaml"), *(root / "kv_store").glob("*.yaml")]
     for path in shared:
         if path.is_symlink():
             raise InputError("a symlink: the tree's files are read from inside the tree only", file=path)
+        if not path.is_file():  # a FIFO would hang the read, a folder named .yaml would crash it
+            raise InputError("not a regular file", file=path)
     taxonomy = load_model(Taxonomy, taxonomy_path)
     check_values(taxonomy.model_dump(), taxonomy_path)
     for profile in taxonomy.hardware_profiles:
