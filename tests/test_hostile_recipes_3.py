@@ -274,3 +274,30 @@ def test_a_folder_where_a_generated_file_goes_ends_in_one_line(scratch: Path) ->
     (compose_file / "inside").mkdir(parents=True)
     result = run_factory(scratch, "generate")
     _one_error(result, "compose.yaml")
+
+
+# --- bounded work ------------------------------------------------------------------------------------------
+
+
+def test_ten_thousand_variants_refuse_their_recipe_at_once(tmp_path: Path) -> None:
+    """They were planned, an image per hardware each, for over a minute."""
+    recipe = small_recipe()
+    default = recipe["variants"]["default"]  # type: ignore[index]
+    recipe["variants"] = {"default": default, **{f"v{n}": dict(default) for n in range(10_000)}}
+    _, line = _only_bad(tmp_path, _tree(tmp_path, {"acme/Small-8B": recipe}), "10,001 variants", "at most 64")
+    assert "variants" in line
+
+
+def test_a_large_bundled_model_folder_or_recipe_file_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    """Bundled files were read whole, twice (a 4 GB file: MemoryError). Sparse files: no disk is used."""
+    recipes = _tree(tmp_path, {"acme/Small-8B": small_recipe(), "acme/Big-8B": small_recipe()})
+    bundled = recipes / "models" / "acme" / "Small-8B"
+    bundled.mkdir()
+    with (bundled / "model.safetensors").open("wb") as sparse:
+        sparse.truncate(4 * 2**30)
+    with (recipes / "models" / "acme" / "Big-8B.yaml").open("ab") as grown:
+        grown.truncate(8 * 2**20)
+    result, _, bad = _generate(tmp_path, recipes)
+    assert result.returncode == 1 and len(bad) == 2, result.stderr[-2000:]
+    assert any("bundled model folder holds over" in line and "model.safetensors" in line for line in bad)
+    assert any("a recipe file may have at most" in line and "Big-8B.yaml" in line for line in bad)

@@ -200,6 +200,20 @@ def _check_file(path: Path) -> None:
         raise InputError("a symlink: recipes are read from inside the tree only", file=path)
     if not stat.S_ISREG(mode):
         raise InputError("not a regular file (a folder named .yaml?)", file=path)
+    size = path.lstat().st_size
+    if size > MAX_RECIPE_BYTES:
+        raise InputError(
+            f"{size:,} bytes: a recipe file may have at most {MAX_RECIPE_BYTES:,} (it is read whole)",
+            file=path,
+        )
+
+
+# Bounds on what one recipe makes the factory read or plan. Upstream's largest recipe file has 58 kB and
+# 5 variants; the one bundled model (the tiny self-test model) 32 kB, which every generate reads and hashes
+# whole (a 4 GB file there ran out of memory).
+MAX_RECIPE_BYTES = 4 * 2**20
+MAX_VARIANTS = 64
+MAX_BUNDLED_BYTES = 64 * 2**20
 
 
 def _bundled_folder(path: Path) -> Path | None:
@@ -210,6 +224,7 @@ def _bundled_folder(path: Path) -> Path | None:
         raise InputError("the bundled model folder is a symlink: refusing to copy through it", file=folder)
     if not folder.is_dir():
         return None
+    total = 0
     for parent, folders, files in os.walk(folder):
         for name in [*folders, *files]:
             entry = Path(parent) / name
@@ -218,6 +233,13 @@ def _bundled_folder(path: Path) -> Path | None:
                 raise InputError("a symlink in the bundled model folder: refusing to copy it", file=entry)
             if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
                 raise InputError("not a regular file in the bundled model folder", file=entry)
+            total += entry.lstat().st_size if stat.S_ISREG(mode) else 0
+            if total > MAX_BUNDLED_BYTES:
+                raise InputError(
+                    f"the bundled model folder holds over {MAX_BUNDLED_BYTES:,} bytes: it is for a small "
+                    "self-test model; serve a real one from the hub or a mounted folder",
+                    file=entry,
+                )
     return folder
 
 
@@ -290,7 +312,14 @@ FOLDS: dict[str, Callable[[str], str]] = {
 
 def _refuse_folded_variants(recipe: Recipe, path: Path) -> None:
     """Variants whose names fold together (`v1.0`, `v1-0`, `v1_0`) would share compose projects and
-    Kubernetes objects: starting one would replace the other's containers. The recipe is refused."""
+    Kubernetes objects: starting one would replace the other's containers. The recipe is refused, as one
+    with more than MAX_VARIANTS variants (each plans an image per hardware: 10,000 ran for minutes)."""
+    if len(recipe.variants) > MAX_VARIANTS:
+        raise InputError(
+            f"{len(recipe.variants):,} variants: a recipe may have at most {MAX_VARIANTS}",
+            file=path,
+            field="variants",
+        )
     for how, fold in FOLDS.items():
         folded: dict[str, list[str]] = {}
         for name in recipe.variants:
