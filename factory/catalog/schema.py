@@ -146,6 +146,8 @@ class Vendor(Strict):
     # /dev/shm of every serving container: NCCL, vLLM's workers and its message queues use it. A size (rather
     # than the host's IPC namespace, as the recipe pages' --ipc=host) is what every format can express.
     shm_size: str
+    # The resource its Kubernetes device plugin advertises (a pod asks for its GPUs by it); None: no GPUs.
+    kubernetes_resource: str | None = None
     pod_requests: PodRequests | None = None  # None: a pod asks for nothing (BestEffort)
     sources: list[str] = []
 

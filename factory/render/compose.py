@@ -23,6 +23,8 @@ CANNOT_EXPRESS = {
     "requests": "what a scheduler places a pod by: one engine on one host has no scheduler, and a memory "
     "reservation is a soft limit that starts nothing elsewhere",
     "cache_gb": "the model cache is a host folder the user names (HF_CACHE): the host's disk bounds it",
+    "gpu_resource": "a Kubernetes device plugin's name: Docker gives GPUs by driver (a device request) "
+    "or by device path",
 }
 IMAGE_SETTING = "FACTORY_IMAGE"  # runs another image (a mirror, a test build) with the same file
 ROUTER_IMAGE_SETTING = "VLLM_ROUTER_IMAGE"  # the same for the PD router's image

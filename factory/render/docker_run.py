@@ -15,7 +15,8 @@ from factory.render.compose import CANNOT_EXPRESS as COMPOSE_CANNOT_EXPRESS
 
 # Run spec fields `docker run` cannot express, and why (a test keeps this list complete).
 CANNOT_EXPRESS = {
-    field: COMPOSE_CANNOT_EXPRESS[field] for field in ("gpus", "platform", "requests", "cache_gb")
+    field: COMPOSE_CANNOT_EXPRESS[field]
+    for field in ("gpus", "platform", "requests", "cache_gb", "gpu_resource")
 }
 
 

@@ -88,9 +88,6 @@ class Table:
 DEFAULT = Table(SETTING_VALUES)
 # ConfigMap values where a setting has no default on a host: a pod's network interface is eth0.
 CONFIG_DEFAULTS = {"IFACE_NAME": "eth0"}
-# A GPU is a device plugin's resource: by the engine's GPU driver, or by the device the vendor mounts.
-GPU_RESOURCES = {"nvidia": "nvidia.com/gpu"}
-DEVICE_RESOURCES = {"/dev/kfd": "amd.com/gpu"}
 # Docker security options as a container's securityContext.
 SECURITY_OPTIONS = {
     "seccomp=unconfined": ("seccompProfile", {"type": "Unconfined"}),
@@ -110,6 +107,8 @@ CANNOT_EXPRESS = {
     "by host path",
     "groups": "the device plugin gives the container access to the devices it allocates; Kubernetes takes "
     "supplementary groups by number only, and the host's render group id is the host's",
+    "gpu_request": "a pod asks for GPUs by its vendor's device plugin resource (gpu_resource, from the "
+    "catalog), not by the engine's GPU driver",
     "ulimits": "a pod spec has no per-container ulimits: the node's container runtime sets them",
     "network": "every pod has an address every other pod reaches (the nodes meet there, no host network); "
     "a Service publishes the API",
@@ -295,8 +294,7 @@ def _requests(spec: RunSpec) -> dict[str, Any]:
 
 
 def _resources(spec: RunSpec) -> dict[str, Any]:
-    resource = GPU_RESOURCES.get(spec.gpu_request.driver) if spec.gpu_request else None
-    resource = resource or next((DEVICE_RESOURCES[d] for d in spec.devices if d in DEVICE_RESOURCES), None)
+    resource = spec.gpu_resource  # the vendor's device plugin's, from the catalog
     if resource is None:  # the CPU backend (the pod's annotation still says how many GPUs it uses)
         return {}
     # A quantity as the API server stores it, a string: an LWS keeps its pod templates as sent (a custom

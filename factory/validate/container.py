@@ -37,6 +37,7 @@ CANNOT_EXPRESS = {
     "platform": "the validation runs the image it built, on this machine's CPU platform",
     "requests": "one container on this engine: nothing to schedule it among",
     "cache_gb": "validation mounts the cache folder it is given, on this machine's disk",
+    "gpu_resource": "a Kubernetes device plugin's name: the engine gives GPUs by driver or device",
 }
 
 
