@@ -65,7 +65,9 @@ def docker_run(plan: Deployment, role: NodeRole) -> str:
         return (
             "# the router runs outside the factory's images: pip install vllm-router, then the command above"
         )
-    return _lines(["docker run --rm", *run_options(spec), spec.image, *_pairs(spec.argv)])
+    # --rm removes a container that exits, which Docker refuses beside a restart policy
+    start = "docker run --rm" if spec.restart == "no" else "docker run"
+    return _lines([start, *run_options(spec), spec.image, *_pairs(spec.argv)])
 
 
 def render_show(blueprint: Blueprint, plan: Deployment) -> str:

@@ -57,6 +57,7 @@ MUTATIONS: dict[str, Callable[[RunSpec], Any]] = {
     "requests": lambda spec: PodRequests(cpu=7, memory_gib=9),
     "cache_gb": lambda spec: 42.0,
     "gpu_resource": lambda spec: "example.com/gpu",
+    "restart": lambda spec: "on-failure",
 }
 
 

@@ -183,6 +183,8 @@ class Server(Strict):
     ulimits: dict[str, int] = {}
     secrets: list[Secret] = []
     volumes: list[Volume] = []
+    # What the engine does when a process exits: "no" leaves it exited, its logs saying why.
+    restart: Literal["no", "on-failure", "always", "unless-stopped"] = "no"
     router_requests: PodRequests | None = None  # the P/D router's pod (no GPU, no model)
 
     @property

@@ -90,6 +90,7 @@ class RunSpec(Frozen):
     volumes: tuple[Volume, ...]
     labels: tuple[tuple[str, str], ...]
     gpu_resource: str | None = None  # the device plugin's resource a pod asks for its GPUs by
+    restart: Literal["no", "on-failure", "always", "unless-stopped"] = "no"  # when the process exits
     requests: PodRequests | None = None  # what a pod of it asks its node for besides GPUs
     cache_gb: float | None = None  # the checkpoint it downloads into the model cache (None: unknown, none)
 
@@ -267,6 +268,7 @@ def process_spec(
         volumes=tuple(server.volumes) if is_vllm else (),
         labels=tuple(sorted(labels.items())),
         gpu_resource=vendor.kubernetes_resource if is_vllm else None,
+        restart=server.restart,
         requests=vendor.pod_requests if is_vllm else server.router_requests,
         cache_gb=run.weights_gb if is_vllm else None,
     )

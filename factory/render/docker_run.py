@@ -38,6 +38,7 @@ def run_options(spec: RunSpec) -> list[str]:
     options += [f"--cap-add {capability}" for capability in spec.capabilities]
     options += [f"--shm-size {spec.shm_size}"] if spec.shm_size else []
     options += [f"--ulimit {name}={limit}" for name, limit in spec.ulimits]
+    options += [f"--restart {spec.restart}"] if spec.restart != "no" else []
     if spec.network == "host":
         options.append("--network host")
     else:

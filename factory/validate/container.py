@@ -128,6 +128,8 @@ def run_options(
     }
     if spec.shm_size:
         options["shm_size"] = spec.shm_size
+    if spec.restart != "no":
+        options["restart_policy"] = {"Name": spec.restart}
     if spec.network == "host":
         options["network_mode"] = "host"
     else:
