@@ -58,6 +58,7 @@ MUTATIONS: dict[str, Callable[[RunSpec], Any]] = {
     "cache_gb": lambda spec: 42.0,
     "gpu_resource": lambda spec: "example.com/gpu",
     "restart": lambda spec: "on-failure",
+    "publish_address": lambda spec: "0.0.0.0",
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ipaddress import IPv4Address
 from typing import Literal
 
 from packaging.specifiers import SpecifierSet
@@ -185,6 +186,8 @@ class Server(Strict):
     volumes: list[Volume] = []
     # What the engine does when a process exits: "no" leaves it exited, its logs saying why.
     restart: Literal["no", "on-failure", "always", "unless-stopped"] = "no"
+    # The host address the API is published on by default (the BIND_ADDRESS setting changes it).
+    publish_address: IPv4Address = IPv4Address("127.0.0.1")
     router_requests: PodRequests | None = None  # the P/D router's pod (no GPU, no model)
 
     @property

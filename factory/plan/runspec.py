@@ -91,6 +91,7 @@ class RunSpec(Frozen):
     labels: tuple[tuple[str, str], ...]
     gpu_resource: str | None = None  # the device plugin's resource a pod asks for its GPUs by
     restart: Literal["no", "on-failure", "always", "unless-stopped"] = "no"  # when the process exits
+    publish_address: str = "127.0.0.1"  # the host address a published port is bound to by default
     requests: PodRequests | None = None  # what a pod of it asks its node for besides GPUs
     cache_gb: float | None = None  # the checkpoint it downloads into the model cache (None: unknown, none)
 
@@ -269,6 +270,7 @@ def process_spec(
         labels=tuple(sorted(labels.items())),
         gpu_resource=vendor.kubernetes_resource if is_vllm else None,
         restart=server.restart,
+        publish_address=str(server.publish_address),
         requests=vendor.pod_requests if is_vllm else server.router_requests,
         cache_gb=run.weights_gb if is_vllm else None,
     )

@@ -112,7 +112,7 @@ def render(deployment: Deployment, role: NodeRole) -> str:
             volumes=[(volume, f"${{{volume.setting}:-{volume.default}}}") for volume in spec.volumes],
             groups=[compose_value(group) for group in spec.groups],
             group_notes=dict(_group_notes(deployment)),
-            published=f"${{{BIND_SETTING}:-127.0.0.1}}:${{{PORT_SETTING}:-{spec.port}}}:{spec.port}",
+            published=f"${{{BIND_SETTING}:-{spec.publish_address}}}:${{{PORT_SETTING}:-{spec.port}}}:{spec.port}",
             health=_health(spec),
         )
     )

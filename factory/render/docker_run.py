@@ -42,7 +42,8 @@ def run_options(spec: RunSpec) -> list[str]:
     if spec.network == "host":
         options.append("--network host")
     else:
-        options.append(f'-p "${{{BIND_SETTING}:-127.0.0.1}}:${{{PORT_SETTING}:-{spec.port}}}:{spec.port}"')
+        published = f"${{{BIND_SETTING}:-{spec.publish_address}}}:${{{PORT_SETTING}:-{spec.port}}}"
+        options.append(f'-p "{published}:{spec.port}"')
     options += [f"-e {name}={shell_word(value)}" for name, value in spec.environment.items()]
     options += [f"-e {secret.env}" for secret in spec.secrets]  # passed from the shell: never a value here
     options += [

@@ -110,6 +110,8 @@ CANNOT_EXPRESS = {
     "gpu_request": "a pod asks for GPUs by its vendor's device plugin resource (gpu_resource, from the "
     "catalog), not by the engine's GPU driver",
     "ulimits": "a pod spec has no per-container ulimits: the node's container runtime sets them",
+    "publish_address": "a Service publishes the API inside the cluster; how it leaves the cluster (an "
+    "Ingress, a LoadBalancer) is the cluster's own choice",
     "restart": "a Deployment's pods always restart (the only policy it allows) and an LWS recreates its "
     "group when a pod restarts",
     "network": "every pod has an address every other pod reaches (the nodes meet there, no host network); "

@@ -38,6 +38,7 @@ CANNOT_EXPRESS = {
     "requests": "one container on this engine: nothing to schedule it among",
     "cache_gb": "validation mounts the cache folder it is given, on this machine's disk",
     "gpu_resource": "a Kubernetes device plugin's name: the engine gives GPUs by driver or device",
+    "publish_address": "validation publishes on loopback, at a port the engine picks (a recorded difference)",
 }
 
 
