@@ -203,3 +203,32 @@ def test_a_sample_of_the_upstream_corpus_reconciles(
         strategies
     )
     assert len(layouts) >= 2, sorted(layouts)
+
+
+# What the pods need beyond Pod Security's "baseline" profile, and why (the README lists the same):
+# IPC_LOCK for NCCL's and RDMA's pinned memory (the catalog's server.capabilities), and on AMD an
+# unconfined seccomp profile (ROCm's containers ask for it: the catalog's amd security_opt).
+BEYOND_BASELINE = {'non-default capabilities (container "vllm" must not include "IPC_LOCK"', "seccompProfile"}
+
+
+def test_what_the_pods_need_beyond_the_baseline_pod_security_profile_is_what_the_readme_lists(
+    project: Project, plane: ControlPlane
+) -> None:
+    """The API server's own Pod Security admission, in warn mode, on every project kustomization: each
+    violation it names is one listed above, and each listed one occurs (so the list stays true)."""
+    namespace = plane.namespace("baseline")
+    plane.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/warn=baseline")
+    warned: set[str] = set()
+    for deployment in _deployments(project):
+        folder = ROOT / kubernetes.directory(deployment)
+        result = subprocess.run(
+            [kubectl(), "--kubeconfig", str(plane.folder / "kubeconfig"), "apply", "-k", str(folder),
+             "--server-side", "-n", namespace, "--dry-run=server"],
+            capture_output=True, text=True, timeout=120, check=True,
+        )  # fmt: skip
+        for line in result.stderr.splitlines():
+            if "would violate PodSecurity" in line:
+                warned |= {part.strip() for part in line.split(":", 2)[-1].split("), ")}
+    unexplained = [w for w in warned if not any(known in w for known in BEYOND_BASELINE)]
+    assert not unexplained, unexplained
+    assert all(any(known in w for w in warned) for known in BEYOND_BASELINE), warned
