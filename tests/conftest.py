@@ -64,6 +64,11 @@ def bounded_difference(expected: bytes, got: bytes, name: str, most: int = 12) -
     )
 
 
+def folder_bytes(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder` by its relative path: for comparing two runs' outputs byte for byte."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
 def assert_same_files(expected: dict[str, bytes], got: dict[str, bytes], what: str) -> None:
     """Two folders' files are the same bytes; a difference is reported in a few lines per file."""
     missing, extra = sorted(set(expected) - set(got)), sorted(set(got) - set(expected))

@@ -21,6 +21,7 @@ from tests.conftest import (
     ROOT,
     assert_same_files,
     bounded_difference,
+    folder_bytes,
     recipes_tree,
     run_factory,
     small_recipe,
@@ -230,10 +231,6 @@ def _pretend_locked_at(lock_file: Path, version: str, *recipes: str) -> None:
     lock_file.write_text(json.dumps(lock))
 
 
-def _folder_bytes(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
 @pytest.mark.index
 def test_lock_keeps_versions_until_upgraded_and_records_why(tmp_path: Path) -> None:
     """Against the real package index (uv resolves; no wheel is downloaded)."""
@@ -255,9 +252,9 @@ def test_lock_keeps_versions_until_upgraded_and_records_why(tmp_path: Path) -> N
     assert Version(chosen["vllm"]) >= Version("0.33.0") and "newest release" in chosen["why"]
     newest = chosen["vllm"]
     # A second lock with nothing changed writes the same bytes: the lock and every set file.
-    locked = _folder_bytes(out / "lock")
+    locked = folder_bytes(out / "lock")
     assert "0 moved" in _lock(tree, out)
-    assert_same_files(locked, _folder_bytes(out / "lock"), "a re-lock with nothing changed is byte-identical")
+    assert_same_files(locked, folder_bytes(out / "lock"), "a re-lock with nothing changed is byte-identical")
     # Pretend both were locked long ago at 0.11.2: a plain `factory lock` keeps them.
     _pretend_locked_at(lock_file, "0.11.2", "acme/Small-8B", "acme/Other-8B")
     assert "0 moved" in _lock(tree, out)

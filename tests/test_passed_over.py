@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import assert_same_files, recipes_tree
+from tests.conftest import assert_same_files, folder_bytes, recipes_tree
 from tests.test_local_index import LocalIndex, simple_repository, small_cpu_recipe
 from tests.test_local_index import write_catalog as local_index_catalog
 
@@ -83,10 +83,6 @@ def factory(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def files(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
 def test_the_newest_release_that_installs_is_chosen_and_a_refresh_moves_up_once_it_can(
     index: tuple[LocalIndex, Path], tmp_path: Path
 ) -> None:
@@ -126,11 +122,11 @@ def test_the_newest_release_that_installs_is_chosen_and_a_refresh_moves_up_once_
     assert cause in page, "the matrix cell's tooltip names the release passed over"
 
     # A second lock with nothing changed asks no index (it is down) and writes the same bytes.
-    before = files(out / "lock")
+    before = folder_bytes(out / "lock")
     served.stop()
     again = factory(project, "lock", *where)
     assert again.returncode == 0, again.stderr
-    assert_same_files(before, files(out / "lock"), "a second lock with nothing changed")
+    assert_same_files(before, folder_bytes(out / "lock"), "a second lock with nothing changed")
     served.start()
 
     # Nothing published yet: a refresh asks the index again, gets the same answer and moves nothing.
