@@ -231,13 +231,25 @@ def _env_value(name: str, value: Value, where: str, table: Table = DEFAULT) -> t
     return pod_text(value, where, table)
 
 
-def _shm_limit(size: str) -> str:
-    """Docker's 2g as Kubernetes' 2Gi (Docker's units are binary)."""
+def _shm_size(size: str) -> tuple[int, str]:
+    """Docker's size (`2g`) as a number and a Kubernetes binary unit (2, "Gi"; Docker's units are binary)."""
     match = re.fullmatch(r"(\d+)([kmgt]?)b?", size.lower())
     if match is None:
         raise InputError("a shared memory size Kubernetes cannot read", field="shm_size", value=size)
     number, unit = match.groups()
-    return number + {"": "", "k": "Ki", "m": "Mi", "g": "Gi", "t": "Ti"}[unit]
+    return int(number), {"": "", "k": "Ki", "m": "Mi", "g": "Gi", "t": "Ti"}[unit]
+
+
+def _shm_limit(size: str) -> str:
+    """Docker's 2g as Kubernetes' 2Gi."""
+    number, unit = _shm_size(size)
+    return f"{number}{unit}"
+
+
+def _shm_mebibytes(size: str) -> int:
+    """Docker's size in MiB, rounded up."""
+    number, unit = _shm_size(size)
+    return math.ceil(number * {"": 2**-20, "Ki": 2**-10, "Mi": 1, "Gi": 2**10, "Ti": 2**20}[unit])
 
 
 def _probes(spec: RunSpec) -> dict[str, Any]:
@@ -261,7 +273,7 @@ def _probes(spec: RunSpec) -> dict[str, Any]:
 def _replacement(spec: RunSpec) -> dict[str, Any]:
     """A pod that holds GPUs is replaced, not rolled: a rolling update starts the new pod first, which asks
     for a second node's worth of GPUs while the old pod holds them (Pending, where there is none)."""
-    return {"strategy": {"type": "Recreate"}} if _resources(spec) else {}
+    return {"strategy": {"type": "Recreate"}} if _gpu_limits(spec) else {}
 
 
 # The model cache's room beyond the checkpoint: the kubelet evicts a pod whose emptyDir outgrows its
@@ -276,18 +288,12 @@ def _cache_limit(spec: RunSpec) -> str | None:
     return f"{math.ceil(spec.cache_gb * 1e9 / 2**30 * CACHE_ROOM) + 1}Gi"
 
 
-def _mebibytes(quantity: str) -> int:
-    """A quantity _shm_limit printed, in MiB (rounded up)."""
-    number, unit = re.fullmatch(r"(\d+)(Ki|Mi|Gi|Ti)?", quantity).groups()  # type: ignore[union-attr]
-    return math.ceil(int(number) * {None: 2**-20, "Ki": 2**-10, "Mi": 1, "Gi": 2**10, "Ti": 2**20}[unit])
-
-
 def _requests(spec: RunSpec) -> dict[str, Any]:
     """CPU (the catalog's, plus one per GPU the process drives), memory (the catalog's, plus /dev/shm, a
     memory-backed emptyDir the pod's memory counts) and, where the model cache is sized, its disk."""
     if spec.requests is None:
         return {}
-    shm = _mebibytes(_shm_limit(spec.shm_size)) if spec.shm_size else 0
+    shm = _shm_mebibytes(spec.shm_size) if spec.shm_size else 0
     memory = spec.requests.memory_gib * 1024 + shm
     asked = {
         "cpu": str(spec.requests.cpu + spec.gpus),
@@ -297,13 +303,13 @@ def _requests(spec: RunSpec) -> dict[str, Any]:
     return {"requests": asked | ({"ephemeral-storage": cache} if cache else {})}
 
 
-def _resources(spec: RunSpec) -> dict[str, Any]:
+def _gpu_limits(spec: RunSpec) -> dict[str, Any]:
     resource = spec.gpu_resource  # the vendor's device plugin's, from the catalog
     if resource is None:  # the CPU backend (the pod's annotation still says how many GPUs it uses)
         return {}
     # A quantity as the API server stores it, a string: an LWS keeps its pod templates as sent (a custom
     # resource), and each `kubectl apply` of the number 8 over the stored "8" moved its generation.
-    return {"resources": {"limits": {resource: str(spec.gpus)}}}
+    return {"limits": {resource: str(spec.gpus)}}
 
 
 def _security(spec: RunSpec) -> dict[str, Any]:
@@ -332,7 +338,7 @@ def pod_template(
     env: list[dict[str, Any]] = []
     extra: list[tuple[str, Value]] = list(spec.env)
     values: list[tuple[str, str]] = []
-    if _resources(spec):
+    if _gpu_limits(spec):
         extra = [(env_name, value) for env_name, value in extra if env_name not in DEVICE_ENV]
     for env_name, value in extra:
         text, used = _env_value(env_name, value, where, table)
@@ -370,7 +376,7 @@ def pod_template(
     container |= {"command": command} if command else {}
     container |= {"args": args, "env": env}
     container |= {"ports": [{"name": "http", "containerPort": spec.port}]} if spec.probe else {}
-    resources = _resources(spec).get("resources", {}) | _requests(spec)
+    resources = _gpu_limits(spec) | _requests(spec)
     container |= {"resources": resources} if resources else {}
     container |= _security(spec) | {"volumeMounts": mounts} | _probes(spec)
     annotations = dict(spec.labels)
