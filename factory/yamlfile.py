@@ -104,7 +104,7 @@ def _construct_int(loader: Any, node: yaml.ScalarNode) -> int:
     """js-yaml's integer: decimal whatever its leading zeros, 0b, 0o and 0x forms, a sign before any."""
     text = str(loader.construct_scalar(node))
     sign = -1 if text.startswith("-") else 1
-    digits = text.lstrip("+-") if text[:1] in "+-" else text
+    digits = text[1:] if text.startswith(("+", "-")) else text  # one sign, as js-yaml takes
     base = _INT_BASES.get(digits[:2])
     return sign * (int(digits[2:], base) if base else int(digits, 10))
 

@@ -195,12 +195,12 @@ def _check_file(path: Path) -> None:
         )
     check_name(path.parent.name, path, "(org folder name)", "org folder name")
     check_name(path.stem, path, "(file name)", "recipe file name")
-    mode = path.lstat().st_mode
-    if stat.S_ISLNK(mode):
+    info = path.lstat()
+    if stat.S_ISLNK(info.st_mode):
         raise InputError("a symlink: recipes are read from inside the tree only", file=path)
-    if not stat.S_ISREG(mode):
+    if not stat.S_ISREG(info.st_mode):
         raise InputError("not a regular file (a folder named .yaml?)", file=path)
-    size = path.lstat().st_size
+    size = info.st_size
     if size > MAX_RECIPE_BYTES:
         raise InputError(
             f"{size:,} bytes: a recipe file may have at most {MAX_RECIPE_BYTES:,} (it is read whole)",
@@ -228,12 +228,13 @@ def _bundled_folder(path: Path) -> Path | None:
     for parent, folders, files in os.walk(folder):
         for name in [*folders, *files]:
             entry = Path(parent) / name
-            mode = entry.lstat().st_mode
+            info = entry.lstat()
+            mode = info.st_mode
             if stat.S_ISLNK(mode):
                 raise InputError("a symlink in the bundled model folder: refusing to copy it", file=entry)
             if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
                 raise InputError("not a regular file in the bundled model folder", file=entry)
-            total += entry.lstat().st_size if stat.S_ISREG(mode) else 0
+            total += info.st_size if stat.S_ISREG(mode) else 0
             if total > MAX_BUNDLED_BYTES:
                 raise InputError(
                     f"the bundled model folder holds over {MAX_BUNDLED_BYTES:,} bytes: it is for a small "
@@ -310,10 +311,10 @@ FOLDS: dict[str, Callable[[str], str]] = {
 }
 
 
-def _refuse_folded_variants(recipe: Recipe, path: Path) -> None:
-    """Variants whose names fold together (`v1.0`, `v1-0`, `v1_0`) would share compose projects and
-    Kubernetes objects: starting one would replace the other's containers. The recipe is refused, as one
-    with more than MAX_VARIANTS variants (each plans an image per hardware: 10,000 ran for minutes)."""
+def _check_variants(recipe: Recipe, path: Path) -> None:
+    """A recipe is refused with more than MAX_VARIANTS variants (each plans an image per hardware: 10,000
+    ran for minutes), or with variants whose names fold together (`v1.0`, `v1-0`, `v1_0`), which would
+    share compose projects and Kubernetes objects: starting one would replace the other's containers."""
     if len(recipe.variants) > MAX_VARIANTS:
         raise InputError(
             f"{len(recipe.variants):,} variants: a recipe may have at most {MAX_VARIANTS}",
@@ -338,7 +339,7 @@ def _refuse_folded_variants(recipe: Recipe, path: Path) -> None:
 def _load_recipe(path: Path, recipe_id: str, tree: RecipeTree, strict: bool) -> LoadedRecipe:
     _check_file(path)
     recipe = load_model(Recipe, path)
-    _refuse_folded_variants(recipe, path)
+    _check_variants(recipe, path)
     ignored = ignored_keys(recipe, hardware_keys(tree.taxonomy))
     if strict:
         refuse(ignored, path)
