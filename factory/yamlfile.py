@@ -73,10 +73,11 @@ class _Loader(_BaseLoader):  # type: ignore[misc]
 # and merge keys), PyYAML with YAML 1.1's: unquoted `yes` and `off` were booleans here, `1:30` was 90 and
 # `010` was 8, where the site reads "yes", "off", "1:30" and 10. These are js-yaml 4.3.2's resolvers (read
 # from its lib/type/*.js), in its order; timestamps and merge keys stay PyYAML's, which agree with it.
+_JS_YAML_INT = r"^[-+]?(?:0b[01]+|0x[0-9a-fA-F]+|0o[0-7]+|[0-9]+)$"
 _JS_YAML_SCALARS: list[tuple[str, str, list[str]]] = [
     ("tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
     ("tag:yaml.org,2002:bool", r"^(?:true|True|TRUE|false|False|FALSE)$", list("tTfF")),
-    ("tag:yaml.org,2002:int", r"^[-+]?(?:0b[01]+|0x[0-9a-fA-F]+|0o[0-7]+|[0-9]+)$", list("-+0123456789")),
+    ("tag:yaml.org,2002:int", _JS_YAML_INT, list("-+0123456789")),
     (
         "tag:yaml.org,2002:float",
         r"^(?:[-+]?[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?|\.[0-9]+(?:[eE][-+]?[0-9]+)?"
@@ -101,10 +102,13 @@ def _js_yaml_resolvers() -> dict[Any, list[tuple[str, re.Pattern[str]]]]:
 
 
 def _construct_int(loader: Any, node: yaml.ScalarNode) -> int:
-    """js-yaml's integer: decimal whatever its leading zeros, 0b, 0o and 0x forms, a sign before any."""
+    """js-yaml's integer: decimal whatever its leading zeros, 0b, 0o and 0x forms, a sign before any. An
+    explicit `!!int` holds the same forms only (Python's int() would also take `1_000`, ` 5` or `+-5`)."""
     text = str(loader.construct_scalar(node))
+    if not re.fullmatch(_JS_YAML_INT, text):
+        raise ValueError(f"not an integer as YAML 1.2 writes one: {text[:40]!r}")
     sign = -1 if text.startswith("-") else 1
-    digits = text[1:] if text.startswith(("+", "-")) else text  # one sign, as js-yaml takes
+    digits = text[1:] if text.startswith(("+", "-")) else text
     base = _INT_BASES.get(digits[:2])
     return sign * (int(digits[2:], base) if base else int(digits, 10))
 
