@@ -19,10 +19,20 @@ from typing import Any
 
 import yaml
 
+from factory.catalog.loader import load_catalog
 from tests.conftest import ROOT, kubectl
 
 CONTROL_PLANE = ROOT / "testbench" / "control-plane"
-GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
+# The resources the catalog's vendors ask for GPUs by (nvidia.com/gpu, amd.com/gpu): each node offers them.
+GPU_RESOURCES = tuple(
+    sorted(
+        {
+            v.kubernetes_resource
+            for v in load_catalog(ROOT / "catalog" / "hardware.yaml").vendors.values()
+            if v.kubernetes_resource
+        }
+    )
+)
 GPUS_PER_NODE = 8  # each kwok node advertises 8 of each kind, as an 8-GPU server does
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
 

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 import yaml
 
-from factory.blueprint import plan_recipe
 from factory.plan.models import Deployment
 from factory.project import Project
 from factory.render import kubernetes
@@ -30,6 +29,7 @@ from tests.cluster import (
     wait_reconciled,
 )
 from tests.conftest import KIMI, ROOT, kubectl, missing_tool, run_factory
+from tests.test_kubernetes import _deployments as every_deployment
 
 STATE = Path(os.environ.get("FACTORY_TESTBENCH_STATE", "/var/lib/factory-testbench"))
 
@@ -43,13 +43,8 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
 
 
 def _deployments(project: Project) -> list[Deployment]:
-    return [
-        d
-        for loaded in project.tree.recipes.values()
-        for blueprint in plan_recipe(project, loaded).images
-        for d in blueprint.deployments
-        if kubernetes.deployable(d)
-    ]
+    """The project's deployments that have manifests."""
+    return [d for d in every_deployment(project) if kubernetes.deployable(d)]
 
 
 def _kustomized(folder: Path) -> list[dict[str, Any]]:
