@@ -28,6 +28,8 @@ from factory.render.hashing import hashed_context
 from factory.render.outputs import OutputFile, compose_outputs, kubernetes_outputs
 from factory.router.image import router_image
 from factory.router.lock import PLATFORM as ROUTER_PLATFORM
+from factory.synthesis import kv_store
+from factory.synthesis.kv_store import KvCommand
 from factory.synthesis.matrix import Combination, Refusal, combinations, hardware_for
 
 _NOT_JUDGED = JudgedVersion(None, "not judged")
@@ -75,6 +77,9 @@ class RecipePlan:
     loaded: LoadedRecipe
     images: tuple[Blueprint, ...] = ()
     skipped: tuple[Skipped, ...] = ()
+    # The site's Mooncake KV-store deployments on hardware the factory builds for: their commands only
+    # (no image, compose file or manifest is generated from them yet).
+    kv_stores: tuple[KvCommand, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,10 @@ class Blueprints:
     @property
     def skipped(self) -> list[Skipped]:
         return [skipped for plan in self.recipes for skipped in plan.skipped]
+
+    @property
+    def kv_stores(self) -> list[tuple[LoadedRecipe, KvCommand]]:
+        return [(plan.loaded, kv) for plan in self.recipes for kv in plan.kv_stores]
 
     @property
     def deployments(self) -> list[Deployment]:
@@ -119,6 +128,7 @@ def plan_recipe(project: Project, loaded: LoadedRecipe, nodes: int | None = None
         pinned_vllm(loaded, project.catalog, brand)
     images: list[Blueprint] = []
     skipped: list[Skipped] = []
+    kv: list[KvCommand] = []
     only = project.catalog.only_hardware.get(loaded.recipe_id)
     for variant in recipe.variants:
         model = recipe.variants[variant].model_id or recipe.model.model_id
@@ -144,7 +154,8 @@ def plan_recipe(project: Project, loaded: LoadedRecipe, nodes: int | None = None
             if combos or recipe.is_omni:
                 release = locked_release(project, loaded, variant, hardware)
                 images.append(finish(project, loaded, variant, hardware, combos, release))
-    return RecipePlan(loaded, tuple(images), tuple(skipped))
+            kv += kv_store.commands(recipe, variant, hardware, tree.kv_stores, tree.strategies, tree.taxonomy)
+    return RecipePlan(loaded, tuple(images), tuple(skipped), tuple(kv))
 
 
 def _brands(tree: RecipeTree) -> set[str]:

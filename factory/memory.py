@@ -28,6 +28,7 @@ from pathlib import Path
 import factory
 from factory.files import write_text_atomic
 from factory.project import Project
+from factory.recipes import bundled
 from factory.recipes.loader import LoadedRecipe
 from factory.render.outputs import BakeTarget
 
@@ -78,10 +79,7 @@ def shared_inputs(project: Project, nodes: int | None) -> str:
 def recipe_inputs(project: Project, loaded: LoadedRecipe, shared: str) -> str:
     digest = hashlib.sha256(shared.encode())
     digest.update(project.relative(loaded.path).encode() + b"\0" + loaded.path.read_bytes())
-    if loaded.bundled_model_dir:
-        for path in sorted(loaded.bundled_model_dir.rglob("*")):
-            if path.is_file():
-                digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    bundled.add_to_digest(digest, loaded.bundled_model_dir)
     return digest.hexdigest()
 
 

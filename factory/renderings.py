@@ -11,7 +11,8 @@ from typing import Any
 
 from factory.blueprint import Blueprint, Blueprints
 from factory.plan.models import Deployment, NodeRole, Skipped
-from factory.recipes.loader import RecipeProblem
+from factory.recipes.loader import LoadedRecipe, RecipeProblem
+from factory.synthesis.kv_store import KvCommand
 
 
 def rendering(blueprint: Blueprint, deployment: Deployment) -> dict[str, Any]:
@@ -79,9 +80,40 @@ def problem_line(problem: RecipeProblem) -> dict[str, Any]:
     return {"recipe": problem.recipe_id, "file": str(problem.path), "skipped": problem.one_line()}
 
 
+def kv_rendering(loaded: LoadedRecipe, kv: KvCommand) -> dict[str, Any]:
+    """A Mooncake KV-store deployment in the site's keys (`vllm_argv` the first instance's head,
+    `vllm_worker_argvs` its follower ranks), every instance's processes besides. Its commands are the
+    site's, with no deviation applied: the factory generates no files from them yet (`generated`)."""
+    first = kv.instances[0].nodes
+    return {
+        "model": kv.model,
+        "recipe": loaded.recipe_id,
+        "variant": kv.variant,
+        "hardware": kv.hardware,
+        "strategy": kv.store_id,
+        "node_count": kv.node_count,
+        "deploy_type": "kv_store_lb",
+        "generated": False,
+        "serving_strategy": kv.serving,
+        "kv_min_vllm_version": kv.store.min_vllm_version,
+        "instances": len(kv.instances),
+        "env": kv.env,
+        "vllm_argv": first[0].argv(kv.model),
+        "vllm_worker_argvs": [node.argv(kv.model) for node in first[1:]] or None,
+        "instance_argvs": [[node.argv(kv.model) for node in instance.nodes] for instance in kv.instances],
+        "vllm_install": kv.install,
+        "master": {"command": kv.master},
+        "store": {"command": kv.store_command, "config": kv.store_config} if kv.store_command else None,
+        "router_argv": list(kv.router) or None,
+        "mooncake_config": kv.vllm_config,
+        "ignored": [key.field for key in loaded.ignored],
+    }
+
+
 def all_renderings(blueprints: Blueprints) -> list[dict[str, Any]]:
     """Every rendering, then every skipped combination, then every recipe that could not be planned."""
     lines = [rendering(bp, deployment) for bp in blueprints.images for deployment in bp.deployments]
+    lines += [kv_rendering(loaded, kv) for loaded, kv in blueprints.kv_stores]
     lines += [skipped_line(skipped) for skipped in blueprints.skipped]
     lines += [problem_line(problem) for problem in blueprints.problems]
     return lines

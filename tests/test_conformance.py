@@ -181,16 +181,17 @@ def write_site(folder: Path, name: str, data: dict[str, Any]) -> None:
 
 def test_every_site_rendering_is_compared_once_by_recipe_not_by_served_model(tmp_path: Path) -> None:
     """Two recipes serving one model each get their own comparison; a promoted variant's folder names its
-    recipe; the site's KV-store renderings and the factory's leftovers are counted with why."""
+    recipe; the factory's leftovers are counted with why (a KV-store rendering with no factory
+    counterpart is missing, as any other)."""
     single = {"variant": "default", "hardware": "h200", "strategy": "single_node_tp"}
     single |= {"deploy_type": "single_node", "env": {}}
     write_site(tmp_path, "acme/A/hw/h200/strategies/single_node_tp.json", single | {"argv": HEAD[:5]})
     write_site(tmp_path, "acme/A/strategies/single_node_tp.json", single | {"argv": HEAD[:5]})  # a copy
     write_site(tmp_path, "acme/B/hw/h200/strategies/single_node_tp.json", single | {"argv": HEAD[:3]})
     kv = {"variant": "default", "hardware": "h200", "strategy": "kv_store_lb", "deploy_type": "kv_store_lb"}
-    write_site(tmp_path, "acme/A/hw/h200/strategies/kv_store_lb.json", kv | {"argv": HEAD[:3]})
+    write_site(tmp_path, "acme/A/hw/h200/strategies/kv_store_lb.json", kv | {"vllm_argv": HEAD[:3]})
     oracle = oracle_renderings(tmp_path)
-    assert len(oracle.renderings) == 2
+    assert len(oracle.renderings) == 3
     a = {"recipe": "acme/A", "model": "acme/Big"} | single | {"argv": HEAD[:5], "deviations": []}
     b = {"recipe": "acme/B", "model": "acme/Big"} | single | {"argv": HEAD[:3], "deviations": []}
     omni = {
@@ -200,11 +201,106 @@ def test_every_site_rendering_is_compared_once_by_recipe_not_by_served_model(tmp
         "argv": ["vllm", "serve", "acme/C"],
     }
     comparison = compare(oracle, [a, b, omni])
-    assert comparison.counts["equal"] == 2 and comparison.total == 2, comparison.table()
-    assert any("kv_store_lb" in why for why in comparison.uncompared)
+    assert comparison.counts["equal"] == 2 and comparison.counts["missing"] == 1, comparison.table()
     assert any("omni" in why for why in comparison.uncompared)
     swapped = compare(oracle, [a | {"argv": HEAD[:3]}, b | {"argv": HEAD[:5]}])
     assert swapped.counts["differs"] == 2, swapped.table()
+
+
+CONNECTOR = ["--kv-transfer-config", '{"kv_connector":"MooncakeStoreConnector","kv_role":"kv_both"}']
+ROUTER = (
+    "vllm-router --policy cache_aware \\\n    --backend-url http://$VLLM_INSTANCE_1:8000 \\\n"
+    "    --backend-url http://$VLLM_INSTANCE_2:8000 \\\n    --host $ROUTER_HOST \\\n    --port $ROUTER_PORT"
+)
+
+
+def _kv_site() -> dict[str, Any]:
+    """A centralized KV-store rendering of a two-node instance, in the site's keys."""
+    head = [*HEAD, "--master-addr", "$VLLM_INSTANCE_1", *CONNECTOR]
+    worker = [*HEAD[:-1], "1", "--master-addr", "$VLLM_INSTANCE_1", "--headless", *CONNECTOR]
+    return {
+        "hardware": "h200",
+        "strategy": "kv_store_centralized_mooncake",
+        "variant": "default",
+        "node_count": 2,
+        "deploy_type": "kv_store_lb",
+        "env": {
+            "NCCL_SOCKET_IFNAME": "$IFACE_NAME",
+            "MOONCAKE_CONFIG_PATH": "$MOONCAKE_CONFIG_PATH",
+            "PYTHONHASHSEED": 0,
+        },
+        "serving_strategy": "multi_node_tp",
+        "kv_min_vllm_version": "0.21.0",
+        "instances": 2,
+        "vllm_argv": head,
+        "vllm_worker_argvs": [worker],
+        "vllm_install": "uv pip install 'mooncake-transfer-engine>=0.3.10'",
+        "master": {"command": "mooncake_master \\\n  -rpc_port=50051", "description": "coordinator"},
+        "store": {
+            "command": "python3 -m mooncake.mooncake_store_service",
+            "description": "",
+            "config": {"protocol": "rdma", "global_segment_size": "500GB"},
+            "note": "",
+        },
+        "router": {"command": ROUTER, "install": "uv pip install vllm-router", "port": 30080},
+        "mooncake_config": {"protocol": "rdma", "global_segment_size": 0, "enable_offload": False},
+    }
+
+
+def _kv_mine(site: dict[str, Any]) -> dict[str, Any]:
+    mine = {k: copy.deepcopy(v) for k, v in site.items() if k not in ("router", "master", "store")}
+    mine |= {"recipe": "acme/A", "model": "acme/Big", "master": {"command": site["master"]["command"]}}
+    mine["store"] = {"command": site["store"]["command"], "config": copy.deepcopy(site["store"]["config"])}
+    mine["router_argv"] = [
+        "vllm-router", "--policy", "cache_aware", "--backend-url", "http://$VLLM_INSTANCE_1:8000",
+        "--backend-url", "http://$VLLM_INSTANCE_2:8000", "--host", "$ROUTER_HOST", "--port", "$ROUTER_PORT",
+    ]  # fmt: skip
+    return mine
+
+
+def _plant(change: str, mine: dict[str, Any]) -> None:
+    head = mine["vllm_argv"]
+    if change == "connector-not-last":
+        mine["vllm_argv"] = [*head[:3], *CONNECTOR, *[t for t in head[3:] if t not in CONNECTOR]]
+    elif change == "worker-meets-elsewhere":
+        mine["vllm_worker_argvs"][0][mine["vllm_worker_argvs"][0].index("$VLLM_INSTANCE_1")] = "$HEAD_IP"
+    elif change == "one-backend":
+        del mine["router_argv"][5:7]
+    elif change == "hash-seed-as-text":
+        mine["env"]["PYTHONHASHSEED"] = "0"
+    elif change == "no-config-path":
+        del mine["env"]["MOONCAKE_CONFIG_PATH"]
+    elif change == "master":
+        mine["master"]["command"] = "mooncake_master"
+    elif change == "store-config":
+        mine["store"]["config"]["protocol"] = "tcp"
+    elif change == "vllm-config-type":
+        mine["mooncake_config"]["global_segment_size"] = "0"
+    elif change == "amd-wheel":
+        mine["vllm_install"] = "uv pip install 'mooncake-transfer-engine-non-cuda>=0.3.10'"
+    elif change == "one-instance":
+        mine["instances"] = 1
+    elif change == "serving":
+        mine["serving_strategy"] = "multi_node_tep"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "connector-not-last", "worker-meets-elsewhere", "one-backend", "hash-seed-as-text", "no-config-path",
+        "master", "store-config", "vllm-config-type", "amd-wheel", "one-instance", "serving",
+    ],
+)  # fmt: skip
+def test_a_kv_store_rendering_is_equal_only_when_every_part_of_it_is(change: str) -> None:
+    """Each process exactly (the store's connector flags last: vLLM reads the last), the environment with
+    its types, the router's backends, the master, the store service's and the instances' configs, the
+    wheel, the instance count and the serving strategy."""
+    site = _kv_site()
+    assert judge(site, _kv_mine(site)) == ("equal", "")
+    mine = _kv_mine(site)
+    _plant(change, mine)
+    verdict, reason = judge(site, mine)
+    assert verdict == "differs", (change, reason)
 
 
 def test_a_site_rendering_with_no_factory_counterpart_is_missing_unless_its_hardware_has_no_entry() -> None:

@@ -66,7 +66,7 @@ def test_every_upstream_rendering_matches_the_site_exactly_or_by_its_recorded_ed
     assert comparison.counts["skipped"] <= comparison.total // 10, "skips beyond TPU/XPU/Ascend hardware"
     # Every kind of process is compared: one node, head and workers, both PD pools and the router.
     kinds = {data.get("deploy_type") for data in site.renderings.values()}
-    assert {"single_node", "multi_node", "pd_cluster"} <= kinds
+    assert {"single_node", "multi_node", "pd_cluster", "kv_store_lb"} <= kinds
     assert comparison.uncompared, "what either side renders without a counterpart is counted with why"
 
 

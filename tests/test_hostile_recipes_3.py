@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,9 @@ import yaml
 
 from factory.errors import InputError
 from factory.files import write_text_atomic
+from factory.memory import recipe_inputs
 from factory.project import Project
+from factory.recipes import bundled
 from factory.recipes.loader import load_tree
 from factory.render.outputs import image_outputs
 from factory.yamlfile import read_yaml
@@ -301,3 +304,63 @@ def test_a_large_bundled_model_folder_or_recipe_file_is_refused_before_it_is_rea
     assert result.returncode == 1 and len(bad) == 2, result.stderr[-2000:]
     assert any("bundled model folder holds over" in line and "model.safetensors" in line for line in bad)
     assert any("a recipe file may have at most" in line and "Big-8B.yaml" in line for line in bad)
+
+
+def test_bundled_files_are_hashed_in_chunks_and_never_read_past_the_limit(
+    tmp_path: Path, project: Project
+) -> None:
+    """The cache key read each bundled file whole (a 48 MB file: 48 MB held at once), and the build context
+    read whatever the file had become since the recipe was read: a file grown past the limit, whole."""
+    recipes = _tree(tmp_path, {"acme/Small-8B": small_recipe()})
+    folder = recipes / "models" / "acme" / "Small-8B"
+    folder.mkdir()
+    weights = folder / "model.safetensors"
+    weights.write_bytes(os.urandom(48 * 2**20))
+    tree = load_tree(recipes)
+    loaded = tree.recipes["acme/Small-8B"]
+    tracemalloc.start()
+    try:
+        key = recipe_inputs(project, loaded, "shared")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 2**20, f"hashing a 48 MB bundled file held {peak:,} bytes at once"
+    weights.write_bytes(b"changed")
+    assert recipe_inputs(project, loaded, "shared") != key  # the bytes are in the key, not only the names
+    with weights.open("ab") as grown:  # grown since the recipe was read: sparse, no disk used
+        grown.truncate(bundled.MAX_BUNDLED_BYTES + 1)
+    with pytest.raises(InputError, match="bundled model folder holds over") as refused:
+        bundled.read_all(loaded.bundled_model_dir)
+    assert "model.safetensors" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("default_instances", "0", "default_instances"),
+        ("router", "{port: 70000}", "router.port"),
+        ("vllm", "{install: [a, b]}", "vllm.install"),
+        ("mooncake_vllm_config", "{template: {protocol: [rdma]}}", "mooncake_vllm_config.template.protocol"),
+    ],
+)
+def test_a_kv_store_file_the_factory_now_reads_is_refused_in_one_line(
+    tmp_path: Path, field: str, value: str, said: str
+) -> None:
+    """The kv_store files are read for the KV-store renderings since this round: a value of the wrong
+    type or range is shared input, so the run stops with one line naming the file and the field."""
+    recipes = _tree(tmp_path)
+    folder = recipes / "kv_store"
+    folder.mkdir(exist_ok=True)
+    (folder / "kv_bad.yaml").write_text(f"name: kv_bad\ndeploy_type: kv_store_lb\n{field}: {value}\n")
+    result = run_factory(ROOT, "generate", "--recipes", str(recipes), "--out", str(tmp_path / "out"))
+    _one_error(result, "kv_bad.yaml", said)
+
+
+def test_a_kv_store_file_named_unlike_its_name_is_refused(tmp_path: Path) -> None:
+    """The site keys KV stores by `name`, the factory's renderings by file: two files claiming one name
+    would render as one on the site and as two here."""
+    recipes = _tree(tmp_path)
+    (recipes / "kv_store").mkdir(exist_ok=True)
+    (recipes / "kv_store" / "kv_one.yaml").write_text("name: kv_other\ndeploy_type: kv_store_lb\n")
+    result = run_factory(ROOT, "generate", "--recipes", str(recipes), "--out", str(tmp_path / "out"))
+    _one_error(result, "kv_one.yaml", "must match its file name")

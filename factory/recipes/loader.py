@@ -7,14 +7,15 @@ that recipe's problem, and every other recipe loads as usual.
 
 from __future__ import annotations
 
-import os
 import re
 import stat
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from factory.errors import FactoryError, InputError
+from factory.recipes import bundled
 from factory.recipes.grammar import check_model_id, check_name, check_values, identity
 from factory.recipes.ignored import IgnoredKey, extra_keys, ignored_keys, known_data, refuse
 from factory.recipes.schema import NOT_USED, InstallSection, Recipe
@@ -105,6 +106,33 @@ class RecipeTree:
         raise InputError("no recipe for this model", field="MODEL", value=name, valid=self.recipes.keys())
 
 
+Named = TypeVar("Named", Strategy, KvStore)
+
+
+def _named_file(
+    kind: type[Named], path: Path, folder: str, what: str, strict: bool, ignored: list[str]
+) -> Named:
+    """A strategy or KV-store file: its keys the site does not read listed (refused under --strict), its
+    name its file's (the site keys them by name, the factory by file), its values checked like a recipe's
+    (its display name heads compose files; its commands and configs reach the renderings as they are)."""
+    loaded = load_model(kind, path)
+    extra = extra_keys(loaded)
+    if strict:
+        refuse(extra, path)
+    ignored += [f"ignored key in {folder}/{path.name}: {key.line()}" for key in extra]
+    if loaded.name != path.stem:
+        raise InputError(
+            f"the {what}'s name must match its file name",
+            file=path,
+            field="name",
+            value=loaded.name,
+            valid=[path.stem],
+        )
+    check_name(loaded.name, path, "name", f"{what} name")
+    check_values(loaded.model_dump(), path)
+    return loaded
+
+
 def load_tree(root: Path, strict: bool = False) -> RecipeTree:
     """The tree at `root`; with `strict`, a recipe with a key the site would ignore is refused."""
     taxonomy_path = root / "taxonomy.yaml"
@@ -131,24 +159,13 @@ def load_tree(root: Path, strict: bool = False) -> RecipeTree:
     strategy_paths: dict[str, Path] = {}
     ignored: list[str] = []
     for path in sorted((root / "strategies").glob("*.yaml")):
-        strategy = load_model(Strategy, path)
-        extra = extra_keys(strategy)
-        if strict:
-            refuse(extra, path)
-        ignored += [f"ignored key in strategies/{path.name}: {key.line()}" for key in extra]
-        if strategy.name != path.stem:
-            raise InputError(
-                "the strategy's name must match its file name",
-                file=path,
-                field="name",
-                value=strategy.name,
-                valid=[path.stem],
-            )
-        check_name(strategy.name, path, "name", "strategy name")
-        check_values(strategy.model_dump(), path)  # its display name heads every compose file of it
+        strategy = _named_file(Strategy, path, "strategies", "strategy", strict, ignored)
         strategies[strategy.name] = strategy
         strategy_paths[strategy.name] = path
-    kv_stores = {path.stem: load_model(KvStore, path) for path in sorted((root / "kv_store").glob("*.yaml"))}
+    kv_stores: dict[str, KvStore] = {}
+    for path in sorted((root / "kv_store").glob("*.yaml")):
+        store = _named_file(KvStore, path, "kv_store", "KV store", strict, ignored)
+        kv_stores[store.name] = store
     tree = RecipeTree(root, taxonomy, strategies, strategy_paths, kv_stores, ignored=ignored)
     for path in sorted(recipe_paths(root)):  # the order a glob gave: the bake file and lock digest keep it
         recipe_id = f"{path.parent.name}/{path.stem}"
@@ -209,39 +226,9 @@ def _check_file(path: Path) -> None:
 
 
 # Bounds on what one recipe makes the factory read or plan. Upstream's largest recipe file has 58 kB and
-# 5 variants; the one bundled model (the tiny self-test model) 32 kB, which every generate reads and hashes
-# whole (a 4 GB file there ran out of memory).
+# 5 variants (factory.recipes.bundled bounds a bundled model folder).
 MAX_RECIPE_BYTES = 4 * 2**20
 MAX_VARIANTS = 64
-MAX_BUNDLED_BYTES = 64 * 2**20
-
-
-def _bundled_folder(path: Path) -> Path | None:
-    """The model folder shipped beside a recipe, checked: it is copied into an image anyone who pulls it can
-    read, so a link in it (to a system file, to the factory's own environment) is refused with its path."""
-    folder = path.with_suffix("")
-    if folder.is_symlink():
-        raise InputError("the bundled model folder is a symlink: refusing to copy through it", file=folder)
-    if not folder.is_dir():
-        return None
-    total = 0
-    for parent, folders, files in os.walk(folder):
-        for name in [*folders, *files]:
-            entry = Path(parent) / name
-            info = entry.lstat()
-            mode = info.st_mode
-            if stat.S_ISLNK(mode):
-                raise InputError("a symlink in the bundled model folder: refusing to copy it", file=entry)
-            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-                raise InputError("not a regular file in the bundled model folder", file=entry)
-            total += info.st_size if stat.S_ISREG(mode) else 0
-            if total > MAX_BUNDLED_BYTES:
-                raise InputError(
-                    f"the bundled model folder holds over {MAX_BUNDLED_BYTES:,} bytes: it is for a small "
-                    "self-test model; serve a real one from the hub or a mounted folder",
-                    file=entry,
-                )
-    return folder
 
 
 # Names of the factory's own entries beside the recipes' folders (images/docker-bake.hcl, the PD router's
@@ -345,7 +332,7 @@ def _load_recipe(path: Path, recipe_id: str, tree: RecipeTree, strict: bool) -> 
         refuse(ignored, path)
     check_references(recipe, path, tree)
     notes = unused(recipe, tree) + tuple(key.line() for key in ignored)
-    return LoadedRecipe(recipe, path, recipe_id, _bundled_folder(path), notes, ignored)
+    return LoadedRecipe(recipe, path, recipe_id, bundled.checked_folder(path), notes, ignored)
 
 
 def unused(recipe: Recipe, tree: RecipeTree) -> tuple[str, ...]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from factory.models_base import Count, Open
+from factory.models_base import Count, Open, Port
 from factory.recipes.schema import Env, Section
 
 
@@ -46,12 +46,75 @@ class Strategy(Section):
     router: Router | None = None
 
 
-class KvStore(Open):
-    """A Mooncake KV-store deployment (deploy_type kv_store_lb): read, listed, not generated yet."""
+# A Mooncake config value as the kv_store file writes it (JSON types: the site prints the map as JSON).
+ConfigValue = bool | int | float | str
+
+
+class KvRouter(Section):
+    policy: str = "cache_aware"
+    install: str = "uv pip install vllm-router"
+    port: Port = 30080
+
+
+class KvVllm(Section):
+    """What every vLLM instance of a KV-store deployment adds: the connector flags, the environment, the
+    Mooncake install line (one string, or per vendor: `nvidia`, `amd`)."""
+
+    vllm_args: list[str] = []
+    env: Env = {}
+    install: str | dict[str, str] | None = None
+    port: Port = 8000
+
+
+class KvPdRole(Section):
+    args: list[str] = []
+
+
+class KvPd(Section):
+    """Mooncake composed with pd_cluster: each pool's flags (a MultiConnector of NIXL and Mooncake)."""
+
+    prefill: KvPdRole = KvPdRole()
+    decode: KvPdRole = KvPdRole()
+
+
+class MooncakeMaster(Section):
+    command: str = "mooncake_master"  # a shell snippet (it may hold comment lines), not an argv
+    description: str = ""
+
+
+class MooncakeStore(Section):
+    """The centralized topology's standalone store service and its config."""
+
+    command: str
+    description: str = ""
+    note: str = ""
+    config: dict[str, ConfigValue] = {}
+
+
+class MooncakeVllmConfig(Section):
+    mode: str | None = None
+    note: str = ""
+    template: dict[str, ConfigValue] = {}
+
+
+class KvStore(Section):
+    """A Mooncake KV-store deployment (deploy_type kv_store_lb): a store every vLLM instance shares, its
+    master, in the centralized topology a store service, and with two or more instances a router."""
 
     name: str
     deploy_type: Literal["kv_store_lb"]
     display_name: str = ""
+    label: str = ""
+    order: int | None = None
+    description: str = ""
+    router: KvRouter = KvRouter()
+    vllm: KvVllm = KvVllm()
+    pd: KvPd | None = None
+    mooncake_master: MooncakeMaster = MooncakeMaster()
+    mooncake_store_config: MooncakeStore | None = None
+    mooncake_vllm_config: MooncakeVllmConfig = MooncakeVllmConfig()
+    min_vllm_version: str | None = None
+    default_instances: Count | None = None
 
 
 class HardwareProfile(Open):

@@ -3,7 +3,6 @@ and the bake file over all images."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -12,6 +11,7 @@ from pathlib import Path, PurePosixPath
 from factory.catalog.schema import Server
 from factory.errors import InputError
 from factory.plan.models import Deployment, ImagePlan, ImageSpec
+from factory.recipes import bundled
 from factory.render import compose, kubernetes
 from factory.render.templating import render_bake, render_dockerfile
 
@@ -35,21 +35,6 @@ def image_support_file(name: str) -> bytes:
     return ((shebang + "\n" if shebang else "") + header + rest).encode()
 
 
-def bundled_model_files(folder: Path | None) -> dict[str, bytes]:
-    """The model files an image carries (the tiny self-test model), by path inside its folder. Links are
-    never followed (the loader refuses them; a link made since is left out, not read): whatever is copied
-    here ends in a layer anyone who pulls the image can read."""
-    if folder is None or folder.is_symlink():
-        return {}
-    found = {}
-    for parent, _, names in os.walk(folder):
-        for name in names:
-            path = Path(parent) / name
-            if not path.is_symlink() and path.is_file():
-                found[path.relative_to(folder).as_posix()] = path.read_bytes()
-    return dict(sorted(found.items()))
-
-
 def image_outputs(
     image: ImageSpec, inputs_hash: str, server: Server, model_folder: Path | None
 ) -> list[OutputFile]:
@@ -69,8 +54,7 @@ def image_outputs(
         OutputFile(base / "wheels" / ".keep", b""),
     ]
     files += [
-        OutputFile(base / "model" / name, content)
-        for name, content in bundled_model_files(model_folder).items()
+        OutputFile(base / "model" / name, content) for name, content in bundled.read_all(model_folder).items()
     ]
     return files
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from factory.recipes.schema import EnvValue, Recipe
-from factory.recipes.tree_schema import HardwareProfile, Strategy, Taxonomy
+from factory.recipes.tree_schema import HardwareProfile, KvStore, Strategy, Taxonomy
 from factory.synthesis import multinode, pd
 from factory.synthesis.args import dedupe
 from factory.synthesis.env import build_env
 from factory.synthesis.features import allowed_for_strategy, feature_args
 from factory.synthesis.hardware import generation_block, keyed_value
+from factory.synthesis.multinode import HEAD
 from factory.synthesis.pd import PdRoleMeta
 from factory.synthesis.selection import Selection
 
@@ -31,6 +32,14 @@ class Process:
 
     def argv(self, model: str) -> list[str]:
         return ["vllm", "serve", model, *self.args]
+
+
+@dataclass(frozen=True)
+class KvInstance:
+    """A vLLM instance of a KV-store deployment: the store it shares, and where its ranks meet."""
+
+    store: KvStore
+    head: str
 
 
 @dataclass(frozen=True)
@@ -86,8 +95,10 @@ def build_args(
     role: str | None = None,
     node_role: str | None = None,
     rank: int = 1,
+    kv: KvInstance | None = None,
 ) -> list[str]:
-    """The undeduplicated flags of one process, in the site's order."""
+    """The undeduplicated flags of one process, in the site's order; `kv`: the process is an instance of
+    a KV-store deployment (its rendezvous address, its connector flags last)."""
     recipe = selection.recipe
     variant = recipe.variants[selection.variant_key]
     exact = variant.hardware_overrides.get(selection.profile_id)
@@ -96,18 +107,27 @@ def build_args(
         args += strategy.vllm_args
     elif role:
         args += pd.role_spec(strategy, role).vllm_args
-    args += parallel_args(selection, strategy, profile, role, node_role, rank)
+    args += parallel_args(selection, strategy, profile, role, node_role, rank, kv.head if kv else HEAD)
     override = recipe.strategy_overrides.get(selection.strategy_name)
     if override:
         part = getattr(override, role) if role else override
         if part:
             args += [*part.extra_args, *part.vllm_args]
     args += hardware_args(selection, profile, role)
+    # A feature that runs a helper process beside vLLM is left out of a KV-store instance (the site's).
+    composing = kv is not None and strategy.deploy_type != "pd_cluster"
     for name in selection.features:
         feature = recipe.features.get(name)
+        if feature and composing and feature.companion is not None and feature.companion.command:
+            continue
         if feature and allowed_for_strategy(feature, selection.strategy_name):
             args += feature_args(feature, name, recipe, selection.variant_key, profile, selection.profile_id)
-    return args
+    if kv is None:
+        return args
+    if strategy.deploy_type == "pd_cluster":  # each pool's NIXL connector becomes NIXL and Mooncake
+        pool = getattr(kv.store.pd, role) if kv.store.pd and role else None
+        return [*args, *(pool.args if pool else [])]
+    return [*args, *kv.store.vllm.vllm_args]
 
 
 def parallel_args(
@@ -117,6 +137,7 @@ def parallel_args(
     role: str | None,
     node_role: str | None,
     rank: int,
+    head: str = HEAD,
 ) -> list[str]:
     """Step 3 of the site's order: the parallel sizes and the rendezvous of this process."""
     if strategy.deploy_type == "multi_node" and selection.node_count > 1:
@@ -129,6 +150,7 @@ def parallel_args(
             selection.node_count,
             node_role,
             rank,
+            head,
         )
     if strategy.deploy_type == "pd_cluster":
         assert role is not None
@@ -167,8 +189,15 @@ def hardware_args(selection: Selection, profile: HardwareProfile, role: str | No
     return args
 
 
-def resolve(selection: Selection, strategies: dict[str, Strategy], taxonomy: Taxonomy) -> Command:
-    """The commands of one deployment: every node's flags and environment."""
+def resolve(
+    selection: Selection,
+    strategies: dict[str, Strategy],
+    taxonomy: Taxonomy,
+    kv_store: KvStore | None = None,
+) -> Command:
+    """The commands of one deployment: every node's flags and environment. `kv_store` (pd_cluster only):
+    Mooncake composed with the pools, as the site's command builder composes it (its JSON API writes
+    the plain pools)."""
     strategy = strategies[selection.strategy_name]
     profile = taxonomy.hardware_profiles[selection.profile_id]
     model = served_model(selection.recipe, selection.variant_key)
@@ -184,7 +213,7 @@ def resolve(selection: Selection, strategies: dict[str, Strategy], taxonomy: Tax
                 role,
                 meta,
                 tuple(
-                    process_at_rank(selection, strategy, profile, role, rank)
+                    process_at_rank(selection, strategy, profile, role, rank, kv_store)
                     for rank in range(max(1, meta.nodes))
                 ),
             )
@@ -216,7 +245,12 @@ def resolve(selection: Selection, strategies: dict[str, Strategy], taxonomy: Tax
 
 
 def process_at_rank(
-    selection: Selection, strategy: Strategy, profile: HardwareProfile, role: str, rank: int
+    selection: Selection,
+    strategy: Strategy,
+    profile: HardwareProfile,
+    role: str,
+    rank: int,
+    kv_store: KvStore | None = None,
 ) -> Process:
     """One node of a PD pool: the site renders node `rank` of a pool when its pd_nodes entry says so."""
     ranked = pd.with_rank(selection.pd_nodes, role, rank)
@@ -229,5 +263,8 @@ def process_at_rank(
         selection.node_count,
         ranked,
     )
-    args = build_args(at_rank, strategy, profile, role)
-    return Process(tuple(dedupe(args)), build_env(at_rank, strategy, profile, role))
+    kv = KvInstance(kv_store, HEAD) if kv_store else None
+    args = build_args(at_rank, strategy, profile, role, kv=kv)
+    # The store's variables reach a pool only where the store composes with pools (its `pd`).
+    kv_env = kv_store.vllm.env if kv_store and kv_store.pd else None
+    return Process(tuple(dedupe(args)), build_env(at_rank, strategy, profile, role, kv_env))

@@ -3,7 +3,7 @@ strategy overrides, then hardware overrides (a strategy's generation block repla
 
 from __future__ import annotations
 
-from factory.recipes.schema import EnvValue
+from factory.recipes.schema import Env, EnvValue
 from factory.recipes.tree_schema import HardwareProfile, Strategy
 from factory.synthesis import pd
 from factory.synthesis.hardware import generation_block
@@ -22,8 +22,13 @@ NVL4_HARDWARE = ("gb200", "gb300")
 
 
 def build_env(
-    selection: Selection, strategy: Strategy, profile: HardwareProfile, role: str | None
+    selection: Selection,
+    strategy: Strategy,
+    profile: HardwareProfile,
+    role: str | None,
+    kv: Env | None = None,
 ) -> dict[str, EnvValue]:
+    """`kv`: a KV-store instance's variables, set after the strategy's and before every override."""
     recipe = selection.recipe
     variant = recipe.variants[selection.variant_key]
     exact = variant.hardware_overrides.get(selection.profile_id)
@@ -34,8 +39,10 @@ def build_env(
     }
     if strategy.deploy_type != "pd_cluster":
         env.update(strategy.env)
+        env.update(kv or {})
     elif role:
         env.update(pd.role_spec(strategy, role).env)
+        env.update(kv or {})
         env.update(_pool_devices(selection, profile, role))
     override = recipe.strategy_overrides.get(selection.strategy_name)
     if override:

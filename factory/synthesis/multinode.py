@@ -35,10 +35,13 @@ def args(
     nodes: int,
     node_role: str | None,
     rank: int,
+    head: str = HEAD,
 ) -> list[str]:
+    """`head`: the address every rank meets at (a KV-store deployment's instance names its own)."""
     mp_rank = max(1, rank) if node_role == "worker" else 0
     gpus = profile.gpu_count or 1
-    return LAYOUTS[layout_of(strategy)](recipe, strategy_name, profile, profile_id, gpus, nodes, mp_rank)
+    layout = LAYOUTS[layout_of(strategy)]
+    return layout(recipe, strategy_name, profile, profile_id, gpus, nodes, mp_rank, head)
 
 
 def _data_parallel(
@@ -49,6 +52,7 @@ def _data_parallel(
     gpus: int,
     nodes: int,
     rank: int,
+    head: str,
 ) -> list[str]:
     """DEP: every GPU of every node is a DP rank; node r starts at r x its local DP size."""
     override = recipe.strategy_overrides.get(strategy_name)
@@ -66,7 +70,7 @@ def _data_parallel(
         # ASCII digits only: `²` passes str.isdigit() and crashes int().
         local = int(declared) if declared and declared.isascii() and declared.isdigit() else gpus
     found = ["--data-parallel-size", str(gpus * nodes), "--data-parallel-size-local", str(gpus)]
-    found += ["--data-parallel-address", HEAD]
+    found += ["--data-parallel-address", head]
     if rank:
         found += ["--data-parallel-start-rank", str(rank * local)]
     return found
@@ -80,9 +84,16 @@ def _pipeline(
     gpus: int,
     nodes: int,
     rank: int,
+    head: str,
 ) -> list[str]:
     """TP inside each node, PP across nodes, through vLLM's multiprocessing launcher."""
-    return ["--tensor-parallel-size", str(gpus), "--pipeline-parallel-size", str(nodes), *_mp(nodes, rank)]
+    return [
+        "--tensor-parallel-size",
+        str(gpus),
+        "--pipeline-parallel-size",
+        str(nodes),
+        *_mp(nodes, rank, head),
+    ]
 
 
 def _replica_per_node(
@@ -93,10 +104,11 @@ def _replica_per_node(
     gpus: int,
     nodes: int,
     rank: int,
+    head: str,
 ) -> list[str]:
     """TP inside each node, one DP rank (a full replica) per node."""
     found = ["--tensor-parallel-size", str(gpus), "--data-parallel-size", str(nodes)]
-    found += ["--data-parallel-size-local", "1", "--data-parallel-address", HEAD]
+    found += ["--data-parallel-size-local", "1", "--data-parallel-address", head]
     if rank:
         found += ["--data-parallel-start-rank", str(rank)]
     return found
@@ -110,17 +122,18 @@ def _tensor_parallel(
     gpus: int,
     nodes: int,
     rank: int,
+    head: str,
 ) -> list[str]:
     """TP (or TEP) over every GPU of every node; every node runs the same engine at its own rank."""
-    return ["--tensor-parallel-size", str(gpus * nodes), *_mp(nodes, rank)]
+    return ["--tensor-parallel-size", str(gpus * nodes), *_mp(nodes, rank, head)]
 
 
-def _mp(nodes: int, rank: int) -> list[str]:
-    found = ["--nnodes", str(nodes), "--node-rank", str(rank), "--master-addr", HEAD]
+def _mp(nodes: int, rank: int, head: str) -> list[str]:
+    found = ["--nnodes", str(nodes), "--node-rank", str(rank), "--master-addr", head]
     return [*found, "--headless"] if rank > 0 else found
 
 
-Layout = Callable[[Recipe, str, HardwareProfile, str, int, int, int], list[str]]
+Layout = Callable[[Recipe, str, HardwareProfile, str, int, int, int, str], list[str]]
 LAYOUTS: dict[str, Layout] = {
     "tp_pp": _pipeline,
     "tp_dp": _replica_per_node,
