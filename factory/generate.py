@@ -30,7 +30,7 @@ from factory.memory import (
 )
 from factory.project import Project
 from factory.recipes.loader import RecipeProblem
-from factory.render import published_images
+from factory.render import model_cache_claim, published_images
 from factory.render.outputs import BakeTarget, OutputFile, bake_output
 from factory.router.image import router_bake_targets, router_files
 from factory.writer import OutputWriter, remove_extra, stale_outputs
@@ -170,6 +170,7 @@ def _shared_files(project: Project, planning: Planning) -> tuple[list[OutputFile
     targets = [t for o in outputs.values() for t in o.bake] + router_bake_targets(project)
     shared_files = [bake_output(targets), _manifest_file(outputs), *router_files(project)]
     shared_files.append(_published_images(project, targets))
+    shared_files.append(model_cache_claim.component(project.catalog.server))
     expected = {path for entry in planning.entries.values() for path in entry.files} | set(kept)
     expected |= {file.path.as_posix() for file in shared_files}
     return shared_files, expected, kept

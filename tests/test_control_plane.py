@@ -198,6 +198,15 @@ def test_a_sample_of_the_upstream_corpus_reconciles(
         strategies
     )
     assert len(layouts) >= 2, sorted(layouts)
+    # The claim component holds for every shape too (prefill/decode pools of one node, the router's pod).
+    claimed = _kustomized(_claim_overlay(tmp_path / "with-claim", list(sample.values())))
+    for doc in claimed:
+        for _, template in _pod_templates(doc):
+            serving = doc["metadata"]["labels"][kubernetes.COMPONENT_LABEL] == kubernetes.SERVER_COMPONENT
+            first = (template["spec"].get("volumes") or [{}])[0]
+            claim = first.get("persistentVolumeClaim")
+            assert (claim == {"claimName": "model-cache"}) == serving, doc["metadata"]["name"]
+    assert any(doc["metadata"]["name"].endswith("-router") for doc in claimed)
 
 
 # What the pods need beyond Pod Security's "baseline" profile, and why (the README lists the same):
@@ -227,3 +236,88 @@ def test_what_the_pods_need_beyond_the_baseline_pod_security_profile_is_what_the
     unexplained = [w for w in warned if not any(known in w for known in BEYOND_BASELINE)]
     assert not unexplained, unexplained
     assert all(any(known in w for w in warned) for known in BEYOND_BASELINE), warned
+
+
+def _claim_overlay(folder: Path, deployments: Sequence[Path]) -> Path:
+    """A user's own kustomization: the deployments' folders with the model cache claim component."""
+    folder.mkdir(parents=True)
+    body = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [os.path.relpath(d, folder) for d in deployments],
+        "components": [os.path.relpath(ROOT / kubernetes.CLAIM_COMPONENT, folder)],
+    }
+    (folder / "kustomization.yaml").write_text(yaml.safe_dump(body))
+    return folder
+
+
+def _claim_objects(size: str) -> list[dict[str, Any]]:
+    """What the user creates: the ReadWriteMany claim, and here the volume it binds to (no provisioner)."""
+    access = {"accessModes": ["ReadWriteMany"], "storageClassName": ""}
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": "model-cache-volume"},
+            "spec": {**access, "capacity": {"storage": "1Ti"}, "hostPath": {"path": "/srv/models"}},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "model-cache"},
+            "spec": {
+                **access,
+                "resources": {"requests": {"storage": size}},
+                "volumeName": "model-cache-volume",
+            },
+        },
+    ]
+
+
+def test_the_model_cache_claim_component_puts_every_pod_of_a_group_on_one_claim(
+    project: Project, plane: ControlPlane, tmp_path: Path
+) -> None:
+    """A one-node Deployment and a two-node LeaderWorkerSet of Kimi on H200 with the component: every
+    pod (leader and worker) mounts the claim `model-cache` where it had an emptyDir, the claim binds, and
+    the pods are scheduled and reconciled as before. The size the kustomization names is the claim's."""
+    chosen = [
+        d
+        for d in _deployments(project)
+        if d.image.recipe_id == KIMI and d.image.hardware == "h200"
+        and d.strategy in ("single_node_tp", "multi_node_tp")
+    ]  # fmt: skip
+    assert len(chosen) == 2
+    folders = [ROOT / kubernetes.directory(d) for d in chosen]
+    overlay = _claim_overlay(tmp_path / "with-claim", folders)
+    documents = _kustomized(overlay)
+    pods = [template for doc in documents for _, template in _pod_templates(doc)]
+    assert len(pods) == 3  # the Deployment's, the LWS's leader and worker
+    for template in pods:
+        cache = template["spec"]["volumes"][0]
+        assert cache == {"name": "model-cache", "persistentVolumeClaim": {"claimName": "model-cache"}}
+    noted = (folders[0] / "kustomization.yaml").read_text()
+    size = noted.split("claim model-cache of ", 1)[1].split()[0]
+    namespace = plane.namespace("claim")
+    plane.apply(_claim_objects(size), namespace)
+    _nodes_for(plane, "claim", documents)
+    _apply_k(plane, overlay, namespace)
+    left = wait_reconciled(plane, namespace, [(documents, True)])
+    assert not left, "\n".join(left[:20])
+    claim = plane.items("persistentvolumeclaims", namespace)[0]
+    assert claim["status"]["phase"] == "Bound"
+    started = plane.items("pods", namespace)
+    assert len(started) == 3 and all(
+        any(
+            v.get("persistentVolumeClaim", {}).get("claimName") == "model-cache" for v in p["spec"]["volumes"]
+        )
+        and p["spec"].get("nodeName")
+        for p in started
+    )
+
+
+def _pod_templates(doc: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    if doc["kind"] == "Deployment":
+        yield "template", doc["spec"]["template"]
+    elif doc["kind"] == "LeaderWorkerSet":
+        for key in ("leaderTemplate", "workerTemplate"):
+            yield key, doc["spec"]["leaderWorkerTemplate"][key]

@@ -100,6 +100,18 @@ DEVICE_ENV = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVIC
 # The kustomize Component every kustomization includes: it names each published image by registry and
 # digest (printed by render/published_images.py from the publish record). "_" starts no image slug.
 IMAGES_COMPONENT = PurePosixPath(ROOT) / "_published"
+# The kustomize Component a user adds to put the model cache on a claim (render/model_cache_claim.py). It
+# patches the pod templates at these paths, in the workloads labelled as serving (not the router's).
+CLAIM_COMPONENT = PurePosixPath(ROOT) / "_model-cache-claim"
+COMPONENT_LABEL = "app.kubernetes.io/component"
+SERVER_COMPONENT = "server"
+TEMPLATE_PATHS = {
+    "Deployment": ("/spec/template",),
+    "LeaderWorkerSet": (
+        "/spec/leaderWorkerTemplate/leaderTemplate",
+        "/spec/leaderWorkerTemplate/workerTemplate",
+    ),
+}
 
 # Run spec fields Kubernetes manifests cannot express, and why (a test keeps this list complete).
 CANNOT_EXPRESS = {
@@ -362,6 +374,7 @@ def pod_template(
         for s in spec.secrets
     ]
     env += [{"name": env_name, "value": text} for env_name, text in values]
+    # The catalog's volumes come first, in its order: the model cache component patches them by index.
     mounts = [{"name": volume.name, "mountPath": volume.target} for volume in spec.volumes]
     cache = _cache_limit(spec)
     volumes: list[dict[str, Any]] = [
@@ -400,7 +413,11 @@ def objects(deployment: Deployment) -> list[Manifest]:
     """The deployment's objects: its ConfigMap (when it uses a setting), the workload, the Service."""
     name = object_name(deployment)
     where = f"{deployment.image.reference} {deployment.strategy}"
-    labels = {NAME_LABEL: name, "app.kubernetes.io/managed-by": "vllm-factory"}
+    labels = {
+        NAME_LABEL: name,
+        COMPONENT_LABEL: SERVER_COMPONENT,
+        "app.kubernetes.io/managed-by": "vllm-factory",
+    }
     metadata = {"name": name, "labels": labels}
     if deployment.deploy_type == "pd_cluster":
         return _pd_objects(deployment, name, labels, where)
@@ -527,8 +544,15 @@ def kustomization(deployment: Deployment) -> str:
         "images": [{"name": r, "newTag": t} for r, _, t in (i.rpartition(":") for i in images)],
     }
     secrets = deployment.run[0].spec.secrets
+    cache = _cache_limit(deployment.run[0].spec)
+    claim = ", ".join(volume.name for volume in deployment.run[0].spec.volumes)
     lines = [
         *settings,
+        *(
+            [f"# The model cache on a claim: {CLAIM_COMPONENT.name}, claim {claim} of {cache} or more"]
+            if cache and claim
+            else []
+        ),
         *(
             f"# {s.what}: kubectl create secret generic {_secret_name(s.env)} --from-literal={s.env}=..."
             for s in secrets
@@ -624,12 +648,12 @@ def _pd_objects(deployment: Deployment, name: str, labels: dict[str, str], where
             "size": pool_sizes(deployment)[pool],
             "restartPolicy": "RecreateGroupOnPodRestart",
         }
-        # workerTemplate is required; without a leaderTemplate LWS runs it on the leader (a one-node pool)
-        if workers:
-            template["leaderTemplate"] = first
-            template["workerTemplate"] = _pool_pod(deployment, workers[0], pool_labels, f"{where} {pool}")
-        else:
-            template["workerTemplate"] = first
+        # A one-node pool's leader is its only pod: the worker template is the same pod, never run, and
+        # written so that every LWS has both (the model cache component patches both).
+        template["leaderTemplate"] = first
+        template["workerTemplate"] = (
+            _pool_pod(deployment, workers[0], pool_labels, f"{where} {pool}") if workers else first
+        )
         found.append(
             {
                 "apiVersion": LWS_API,
@@ -640,7 +664,7 @@ def _pd_objects(deployment: Deployment, name: str, labels: dict[str, str], where
         )
     router = next(group for group in deployment.run if group.spec.program == "vllm-router")
     router_name = object_name(deployment, ROUTER)
-    router_labels = {**labels, NAME_LABEL: router_name}
+    router_labels = {**labels, NAME_LABEL: router_name, COMPONENT_LABEL: ROUTER}
     table = table_of(deployment, router)
     pod = pod_template(deployment, router.spec, router_labels, f"{where} router", table)
     found.append(
