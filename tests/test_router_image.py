@@ -7,6 +7,8 @@ server loaded and did not compute."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import uuid
 from collections.abc import Iterator
@@ -29,7 +31,7 @@ from factory.recipes.loader import load_tree
 from factory.render import compose
 from factory.router.image import HEALTH_PATH, router_files, router_image
 from factory.router.lock import lock_path, read_router_lock
-from tests.conftest import FIXTURES, ROOT, TINY
+from tests.conftest import FIXTURES, ROOT, TINY, run_factory
 
 ROUTER_LABEL = {OWNER_LABEL: "test-router"}
 
@@ -369,3 +371,73 @@ def test_without_a_locked_router_the_router_file_still_parses_and_asks_for_an_im
     )
     assert named.returncode == 0, named.stderr
     assert '"image": "mirror/router:1"' in named.stdout
+
+
+# vllm-router's own parser, run inside the locked router image: one line per command, "ok" or its error.
+PARSE = """
+import contextlib, io, json, sys
+from vllm_router.launch_router import parse_router_args
+for argv in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            parse_router_args(argv[1:])
+        print("ok")
+    except SystemExit:
+        print(err.getvalue().strip().splitlines()[-1])
+"""
+
+
+def _runnable(argv: list[str]) -> list[str]:
+    """Placeholders as a user fills them: hosts in URLs, the router's own address and port."""
+    values = {"$ROUTER_HOST": "0.0.0.0", "$ROUTER_PORT": "30080"}
+    return [
+        values.get(t, re.sub(r"\$\{?([A-Z0-9_]+)\}?", lambda m: m[1].lower().replace("_", "-"), t))
+        for t in argv
+    ]
+
+
+def _parsed(image: str, docker_client: docker.DockerClient, argvs: list[list[str]]) -> list[str]:
+    printed = docker_client.containers.run(
+        image,
+        entrypoint=["python", "-c", PARSE, json.dumps([_runnable(argv) for argv in argvs])],
+        remove=True,
+        labels={OWNER_LABEL: "test-router-args"},
+        network_disabled=True,
+    )
+    return printed.decode().splitlines()
+
+
+def test_vllm_router_parses_every_router_command_the_factory_renders(
+    project: Project, router_built: BuildResult, docker_client: docker.DockerClient
+) -> None:
+    """Every distinct prefill/decode router command (the fixture's, and the shared corpus's where it is
+    here) is accepted by the locked vllm-router's own argument parser. The site's KV-store router command
+    is not: vllm-router 0.1.17 has no `--backend-url` (its backends are `--worker-urls URL ...`), so the
+    factory must rewrite it by a rule once it generates KV-store deployments; the rewritten form parses."""
+    commands = {tuple(role.argv) for role in pd_deployment(project).roles if role.program == "vllm-router"}
+    tree = os.environ.get("FACTORY_UPSTREAM_RECIPES")
+    if tree:
+        result = run_factory(ROOT, "renderings", "--recipes", tree, "--json")
+        for line in result.stdout.splitlines():
+            data = json.loads(line)
+            if data.get("deploy_type") == "pd_cluster":
+                commands.add(tuple(data["roles"]["router"]["argv"]))
+            elif data.get("deploy_type") == "kv_store_lb" and data.get("router_argv"):
+                site_kv = list(data["router_argv"])
+    argvs = sorted(list(c) for c in commands)
+    verdicts = _parsed(router_built.image, docker_client, argvs)
+    refused = [(argv, verdict) for argv, verdict in zip(argvs, verdicts, strict=True) if verdict != "ok"]
+    assert not refused, refused[:3]
+    print(f"vllm-router parsed {len(argvs)} distinct router commands")
+    if tree:
+        urls = [site_kv[i + 1] for i, token in enumerate(site_kv) if token == "--backend-url"]
+        rest = [
+            t
+            for i, t in enumerate(site_kv)
+            if t != "--backend-url" and (i == 0 or site_kv[i - 1] != "--backend-url")
+        ]
+        rewritten = [*rest[:3], "--worker-urls", *urls, *rest[3:]]
+        site_said, rewritten_said = _parsed(router_built.image, docker_client, [site_kv, rewritten])
+        assert "unrecognized arguments: --backend-url" in site_said, site_said
+        assert rewritten_said == "ok", rewritten_said
