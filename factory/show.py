@@ -53,9 +53,10 @@ def _pairs(args: list[str]) -> list[str]:
 
 
 def serve_command(role: NodeRole) -> str:
-    exports = [f"export {key}={shell_word(value)}" for key, value in role.env.items()]
-    program = "vllm serve " + shell_word(role.args[0]) if role.program == "vllm" else "vllm-router"
-    rest = role.args[1:] if role.program == "vllm" else role.args
+    exports = [f"export {key}={shell_word(value)}" for key, value in role.environment.items()]
+    words = role.words
+    program = "vllm serve " + shell_word(words[0]) if role.program == "vllm" else "vllm-router"
+    rest = words[1:] if role.program == "vllm" else words
     return "\n".join([*exports, _lines([program, *_pairs(rest)])])
 
 

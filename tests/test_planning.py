@@ -54,13 +54,15 @@ def test_h200_serves_tp_per_node_as_recipe_data(project: Project) -> None:
     """The site renders TP 1 for Kimi-Linear on H200 (115 GB fits one GPU); the project's recipe says
     `tp: {default: 8, cpu: 1}` because the 1M-token context needs the node's memory."""
     single = deployment(project, "h200", "single_node_tp")
-    assert single.roles[0].args == [
+    assert single.roles[0].words == [
         KIMI, "--trust-remote-code", "--max-model-len", "1048576", "--tensor-parallel-size", "8",
     ]  # fmt: skip
     assert single.roles[0].argv[:3] == ["vllm", "serve", KIMI]
-    assert deployment(project, "gb200", "single_node_tp").roles[0].args[-1] == "4", "capped at 4 GPUs"
-    assert deployment(project, "cpu", "single_node_tp").roles[0].args[-1] == "1"
-    assert single.image.default_command == single.roles[0].args, "docker run IMAGE serves the recommended one"
+    assert deployment(project, "gb200", "single_node_tp").roles[0].words[-1] == "4", "capped at 4 GPUs"
+    assert deployment(project, "cpu", "single_node_tp").roles[0].words[-1] == "1"
+    assert single.image.default_command == single.roles[0].words, (
+        "docker run IMAGE serves the recommended one"
+    )
 
 
 def test_amd_gets_its_override_and_the_vendor_image(project: Project) -> None:
@@ -82,7 +84,7 @@ def test_grace_trays_are_arm64_and_four_gpus(project: Project) -> None:
 
 def test_multi_node_flags_per_strategy_and_their_deviations(project: Project) -> None:
     tp = deployment(project, "h200", "multi_node_tp")
-    head, worker = (role.args[4:] for role in tp.roles)
+    head, worker = (role.words[4:] for role in tp.roles)
     rendezvous = ["--nnodes", "2"]
     assert head[:4] == ["--tensor-parallel-size", "16", *rendezvous]
     assert head[4:] == [
@@ -105,12 +107,12 @@ def test_multi_node_flags_per_strategy_and_their_deviations(project: Project) ->
     host = next(d for d in tp.deviations if d.flag == "--host")
     assert host.edits == [FlagEdit(process="head_argv", before=[], after=["--host", "$BIND_ADDRESS"])]
     pp = deployment(project, "h200", "multi_node_tp_pp")
-    assert pp.roles[1].args[4:8] == ["--tensor-parallel-size", "8", "--pipeline-parallel-size", "2"]
+    assert pp.roles[1].words[4:8] == ["--tensor-parallel-size", "8", "--pipeline-parallel-size", "2"]
     tep = deployment(project, "h200", "multi_node_tep")
-    assert tep.roles[0].args[4:7] == ["--enable-expert-parallel", "--tensor-parallel-size", "16"]
+    assert tep.roles[0].words[4:7] == ["--enable-expert-parallel", "--tensor-parallel-size", "16"]
     dep = deployment(project, "h200", "multi_node_dep")
-    assert dep.roles[1].args[-2:] == ["--host", "$BIND_ADDRESS"], "host network: not on every interface"
-    assert dep.roles[1].args[4:-2] == [
+    assert dep.roles[1].words[-2:] == ["--host", "$BIND_ADDRESS"], "host network: not on every interface"
+    assert dep.roles[1].words[4:-2] == [
         "--enable-expert-parallel", "--data-parallel-hybrid-lb", "--data-parallel-size", "16",
         "--data-parallel-size-local", "8", "--data-parallel-address", "$HEAD_IP",
         "--data-parallel-start-rank", "8", "--data-parallel-rpc-port", "$DP_RPC_PORT",
@@ -126,7 +128,7 @@ def test_one_replica_per_node_for_the_cpu_two_node_deployment(project: Project) 
         "--tensor-parallel-size", "1", "--data-parallel-size", "2", "--data-parallel-size-local", "1",
         "--data-parallel-address", "$HEAD_IP",
     ]  # fmt: skip
-    head, worker = (role.args[role.args.index("--tensor-parallel-size") :] for role in plan.roles)
+    head, worker = (role.words[role.words.index("--tensor-parallel-size") :] for role in plan.roles)
     assert head == [*common, "--data-parallel-rpc-port", "$DP_RPC_PORT", "--host", "$BIND_ADDRESS"]
     assert worker == [
         *common,
@@ -139,7 +141,7 @@ def test_one_replica_per_node_for_the_cpu_two_node_deployment(project: Project) 
     assert [role.serves_http for role in plan.roles] == [True, False]
     assert "--headless" in {d.flag for d in plan.deviations}, "the site leaves it out; vLLM needs it"
     three = plan_recipe(project, project.tree.recipe(TINY), nodes=3).images[0].deployment("multi_node_tp_dp")
-    assert three.roles[2].args[-5:] == [
+    assert three.roles[2].words[-5:] == [
         "--data-parallel-start-rank",
         "2",
         "--data-parallel-rpc-port",
@@ -201,7 +203,7 @@ def test_the_inputs_hash_covers_the_build_context_and_nothing_else(scratch: Path
 
     def tep_args() -> list[str]:
         blueprint = blueprint_of(load_project(scratch), KIMI, "h200")
-        return [arg for role in blueprint.deployment("multi_node_tep").roles for arg in role.args]
+        return [arg for role in blueprint.deployment("multi_node_tep").roles for arg in role.words]
 
     before, tep_before = h200_hash(), tep_args()
     strategy = scratch / "recipes" / "strategies" / "multi_node_tep.yaml"

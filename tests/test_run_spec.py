@@ -22,7 +22,7 @@ import yaml
 from factory.blueprint import plan_recipe, select
 from factory.catalog.schema import GpuRequest, PodRequests, Secret, Volume
 from factory.plan.models import Deployment
-from factory.plan.runspec import FromIndex, RunSpec, template_of
+from factory.plan.runspec import FromIndex, RunSpec
 from factory.project import Project, load_project
 from factory.render import compose, docker_run, kubernetes
 from factory.show import docker_run as show_docker_run
@@ -54,6 +54,7 @@ MUTATIONS: dict[str, Callable[[RunSpec], Any]] = {
         Volume(name="x", target="/x", setting="X_DIR", default="/x", what="x"),
     ),
     "labels": lambda spec: (*spec.labels, ("team", "serving")),
+    "served_names": lambda spec: ("another-name",),
     "requests": lambda spec: PodRequests(cpu=7, memory_gib=9),
     "cache_gb": lambda spec: 42.0,
     "gpu_resource": lambda spec: "example.com/gpu",
@@ -146,7 +147,7 @@ def test_one_worker_spec_serves_every_rank(project: Project) -> None:
     rank_values = [arg for arg in template.args if isinstance(arg, FromIndex)]
     assert rank_values == [FromIndex(times=8)], "--data-parallel-start-rank = index x the local DP size"
     for role in dep.roles[1:]:
-        assert dep.spec(role).argv == role.args
+        assert dep.spec(role).argv == role.words
     # On 4 nodes, one spec serves the three workers: ranks 8, 16 and 24.
     loaded = project.tree.recipe("moonshotai/Kimi-Linear-48B-A3B-Instruct")
     four = next(
@@ -162,27 +163,32 @@ def test_one_worker_spec_serves_every_rank(project: Project) -> None:
     assert [args[args.index("--data-parallel-start-rank") + 1] for args in starts] == ["8", "16", "24"]
 
 
-def test_the_dp_start_rank_is_the_local_dp_size_times_the_index_not_the_gpus_per_node() -> None:
+def test_the_dp_start_rank_is_the_local_dp_size_times_the_index_not_the_gpus_per_node(tmp_path: Path) -> None:
     """TP 2 x local DP 4 on 8-GPU nodes: node i starts at rank 4i. A multiplier taken from the GPUs a pod
     has (8) would give 8 and 16, ranks another node holds; the project's recipes cannot show it (their
-    DP deployments run TP 1, where both are 8), so the nodes here are written out."""
-    head = ["--tensor-parallel-size", "2", "--data-parallel-size-local", "4"]
-    nodes = [
-        (i, [*head, "--data-parallel-start-rank", str(4 * i), "--data-parallel-address", "$HEAD"])
-        for i in (1, 2, 3)
-    ]
-    template = template_of(nodes, None)
-    assert template is not None
-    start = template[template.index("--data-parallel-start-rank") + 1]
-    assert start == FromIndex(times=4)
-    assert isinstance(start, FromIndex) and [start.at(i) for i in (1, 2, 3)] == ["4", "8", "12"]
-    # Ranks that are not one constant times the index are no template: each node keeps its own spec.
-    assert (
-        template_of(
-            [(1, ["--data-parallel-start-rank", "4"]), (2, ["--data-parallel-start-rank", "6"])], None
-        )
-        is None
+    DP deployments run TP 1, where both are 8), so a recipe here overrides the sizes. Synthesis writes the
+    rank typed: the spec's rule is the one it decided, not one worked out again from the numbers."""
+    override = {"vllm_args": ["--tensor-parallel-size", "2", "--data-parallel-size-local", "4"]}
+    recipe = small_recipe(
+        compatible_strategies=["single_node_tp", "multi_node_dep"],
+        strategy_overrides={"multi_node_dep": override},
     )
+    tree = recipes_tree(tmp_path / "recipes", {"acme/Small-8B": recipe})
+    project = load_project(ROOT, tree, tmp_path / "out")
+    four = next(
+        d
+        for bp in plan_recipe(project, project.tree.recipe("acme/Small-8B"), nodes=4).images
+        if bp.image.hardware == "h200"
+        for d in bp.deployments
+        if d.strategy == "multi_node_dep"
+    )
+    workers = next(group for group in four.run if "worker-1" in group.names)
+    assert workers.names == ("worker-1", "worker-2", "worker-3")
+    start = workers.spec.args[workers.spec.args.index("--data-parallel-start-rank") + 1]
+    assert start == FromIndex(times=4)
+    assert [four.spec(role).argv[four.spec(role).argv.index("--data-parallel-start-rank") + 1]
+            for role in four.roles[1:]] == ["4", "8", "12"]  # fmt: skip
+    assert workers.spec.gpus == 8, "TP 2 x 4 local DP ranks"
 
 
 def test_the_plan_holds_no_compose_names_or_syntax() -> None:

@@ -39,10 +39,10 @@ def test_show_prints_each_nodes_command_as_the_compose_file_runs_it(project: Pro
     for title, role in zip(serve, deployment.roles, strict=True):
         words = shell_words(found[title])
         assert words[:2] == ["vllm", "serve"]
-        assert words[2:] == role.args, title
+        assert words[2:] == role.words, title
         docker = shell_words(found[title.replace("Serve", "Docker")])
         image = blueprint_of(project, KIMI, "h200").image.reference
-        assert docker[docker.index(image) + 1 :] == role.args, "docker run passes the same command"
+        assert docker[docker.index(image) + 1 :] == role.words, "docker run passes the same command"
     # One compose file per node, in the roles' order: each runs exactly its own node's command (a head
     # and a worker swapped, or no file listed, fails here).
     compose_paths = found["Compose"].split()
@@ -52,7 +52,7 @@ def test_show_prints_each_nodes_command_as_the_compose_file_runs_it(project: Pro
             assert path.endswith(f"/{role.name}.compose.yaml"), (path, role.name)
         compose = yaml.safe_load((ROOT / path).read_text())
         command = next(iter(compose["services"].values()))["command"]
-        assert command == _compose_form(role.args), path
+        assert command == _compose_form(role.words), path
     assert "uv pip install --require-hashes" in found["Install (what the image runs)"]
 
 
@@ -79,8 +79,8 @@ def test_show_json_is_the_rendering_of_one_deployment(project: Project) -> None:
     assert result.returncode == 0, result.stderr
     shown = json.loads(result.stdout)
     deployment = blueprint_of(project, KIMI, "h200").deployment("multi_node_tp")
-    assert shown["head_argv"] == ["vllm", "serve", *deployment.roles[0].args]
-    assert shown["worker_argvs"] == [["vllm", "serve", *deployment.roles[1].args]]
+    assert shown["head_argv"] == ["vllm", "serve", *deployment.roles[0].words]
+    assert shown["worker_argvs"] == [["vllm", "serve", *deployment.roles[1].words]]
     assert shown["vllm_version"] == "0.11.2" and shown["node_count"] == 2 and shown["buildable"] is True
     assert {d["flag"] for d in shown["deviations"]} == {d.flag for d in deployment.deviations}
 

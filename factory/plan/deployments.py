@@ -8,13 +8,14 @@ from typing import Literal
 
 from factory.plan.deviations import Process as Facts
 from factory.plan.deviations import apply
-from factory.plan.models import Deviation, FlagEdit, NodeRole
+from factory.plan.models import Deviation, FlagEdit, NodeRole, node_role
 from factory.project import Project
 from factory.recipes.loader import LoadedRecipe
 from factory.recipes.schema import EnvValue
 from factory.synthesis.command import Command, Process, resolve
 from factory.synthesis.matrix import Combination
 from factory.synthesis.selection import Selection
+from factory.synthesis.values import own_address
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,10 @@ class PlannedCommands:
 
 
 def env_text(value: EnvValue) -> str:
-    """An environment value as the shell sees it (YAML's `1.0` is the site's `1`, `true` its `true`)."""
+    """An environment value as the shell sees it (YAML's `1.0` is the site's `1`, `true` its `true`); text
+    stays the token it is (a pool node's own address keeps its rule)."""
+    if isinstance(value, str):
+        return value
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float) and value.is_integer():
@@ -89,14 +93,7 @@ class _Finisher:
                 for pool in command.pools
                 for rank, process in enumerate(pool.processes)
             ]
-            router = NodeRole(
-                name="router",
-                rank=0,
-                serves_http=True,
-                program="vllm-router",
-                args=list(command.router[1:]),
-                env={},
-            )
+            router = node_role("router", 0, command.router[1:], {}, program="vllm-router")
             return [*roles, router]
         if command.deploy_type == "multi_node":
             return [
@@ -107,7 +104,7 @@ class _Finisher:
 
     def role(self, name: str, rank: int, process: Process, pool: str | None = None) -> NodeRole:
         # A PD pool's node listens on its own address (the router calls it); others where the user says.
-        bind = f"${pool.upper()}_NODE_{rank + 1}" if pool else "$BIND_ADDRESS"
+        bind = own_address(pool, rank) if pool else "$BIND_ADDRESS"
         path = self.path(rank, pool)
         about = Facts(
             self.version,
@@ -120,14 +117,8 @@ class _Finisher:
         for deviation in applied:
             self.record(deviation)
         flags = [*self.model_flags(path), *flags]
-        return NodeRole(
-            name=name,
-            pool=pool,
-            rank=rank,
-            serves_http="--headless" not in flags,
-            args=[self.weights, *flags],
-            env={key: env_text(value) for key, value in process.env.items()},
-        )
+        env = {key: env_text(value) for key, value in process.env.items()}
+        return node_role(name, rank, [self.weights, *flags], env, pool=pool)
 
     def path(self, rank: int, pool: str | None) -> str:
         """The process's key path in a rendering (factory.renderings), which its edits name."""
@@ -165,13 +156,13 @@ def default_command(planned: list[PlannedCommands], weights: str) -> list[str]:
     one-node deployment, else the model alone."""
     singles = [p for p in planned if p.deploy_type == "single_node"]
     chosen = next((p for p in singles if p.combination.recommended), singles[0] if singles else None)
-    return list(chosen.roles[0].args) if chosen else [weights]
+    return chosen.roles[0].words if chosen else [weights]
 
 
 def common_env(planned: list[PlannedCommands]) -> dict[str, str]:
     """The variables every process of every deployment sets to one value, placeholders aside: the image's
     ENV. (A variable only some deployments set stays in their compose files: an image cannot unset it.)"""
-    envs = [role.env for p in planned for role in p.roles if role.program == "vllm"]
+    envs = [role.environment for p in planned for role in p.roles if role.program == "vllm"]
     if not envs:
         return {}
     first = envs[0]

@@ -83,7 +83,13 @@ def _apply_one(
     if not matches:
         return None
     if rule.add and rule.flag not in values:
-        added = [token.format(bind_address=process.bind_address) for token in rule.add]
+        # {bind_address} alone is the address itself (a pool node's own address keeps its rule).
+        added = [
+            process.bind_address
+            if token == "{bind_address}"
+            else token.format(bind_address=process.bind_address)
+            for token in rule.add
+        ]
         return [*args, *added], [FlagEdit(process=process.path, before=[], after=added)]
     value = values.get(rule.flag)
     if value is None or value not in rule.replace_values:

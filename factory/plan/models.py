@@ -8,13 +8,16 @@ Templates only format these.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import PurePosixPath
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from factory.catalog.schema import Vendor
-from factory.plan.runspec import ProcessGroup, RunSpec
+from factory.plan.runspec import ProcessGroup, RunSpec, value_at
+from factory.synthesis import options
+from factory.synthesis.options import ServeOptions, Value, as_value
 
 
 class Frozen(BaseModel):
@@ -159,20 +162,57 @@ def image_labels(spec: ImageSpec, inputs_hash: str) -> dict[str, str]:
 
 
 class NodeRole(Frozen):
-    """One process of a deployment: a node's `vllm serve`, a PD pool's node, or the PD router."""
+    """One process of a deployment: a node's `vllm serve`, a PD pool's node, or the PD router. Its values are
+    typed (a rank or a pool node's own address is the rule that gives it on every node, FromIndex), and what
+    its server reads from them was read once, when its flags were final (`options`)."""
 
     name: str  # node; head, worker-1, ...; prefill, prefill-1, decode, ...; router
     pool: str | None = None  # prefill or decode for a PD pool's process
-    rank: int
-    serves_http: bool
+    rank: int  # its index in its group: the value each FromIndex is taken at
     program: Literal["vllm", "vllm-router"] = "vllm"
-    args: list[str]  # after `vllm serve` ([model, *flags]) or after `vllm-router`
-    env: dict[str, str]
+    args: list[Value]  # after `vllm serve` ([model, *flags]) or after `vllm-router`
+    env: dict[str, Value]
+    options: ServeOptions
+
+    @property
+    def serves_http(self) -> bool:
+        return not self.options.headless
+
+    @property
+    def words(self) -> list[str]:
+        """Its arguments as this node runs them."""
+        return [value_at(arg, self.rank) for arg in self.args]
+
+    @property
+    def environment(self) -> dict[str, str]:
+        return {name: value_at(value, self.rank) for name, value in self.env.items()}
 
     @property
     def argv(self) -> list[str]:
         """The whole command, in the upstream JSON API's shape."""
-        return ["vllm", "serve", *self.args] if self.program == "vllm" else ["vllm-router", *self.args]
+        head = ["vllm", "serve"] if self.program == "vllm" else ["vllm-router"]
+        return [*head, *self.words]
+
+
+def node_role(
+    name: str,
+    rank: int,
+    args: Sequence[str],
+    env: dict[str, str],
+    pool: str | None = None,
+    program: Literal["vllm", "vllm-router"] = "vllm",
+) -> NodeRole:
+    """A process from its final flags and environment as synthesis and the deviations left them: each
+    token typed, and the options its server reads from them read once, here."""
+    return NodeRole(
+        name=name,
+        pool=pool,
+        rank=rank,
+        program=program,
+        args=[as_value(arg) for arg in args],
+        env={key: as_value(value) for key, value in env.items()},
+        options=options.read(args),
+    )
 
 
 class FlagEdit(Frozen):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from factory.plan.deployments import PlannedCommands, env_text
-from factory.plan.models import NodeRole
+from factory.plan.models import node_role
 from factory.project import Project
 from factory.recipes.loader import LoadedRecipe
 from factory.synthesis.features import default_features
@@ -21,13 +21,8 @@ def plan_omni(
     for index, task in enumerate(tasks(loaded.recipe)):
         command = resolve_omni(loaded.recipe, variant, task, profile, hardware)
         model = weights if command.model == loaded.recipe.model.model_id else command.model
-        role = NodeRole(
-            name="node",
-            rank=0,
-            serves_http=True,
-            args=[model, *command.args],
-            env={key: env_text(value) for key, value in command.env.items()},
-        )
+        env = {key: env_text(value) for key, value in command.env.items()}
+        role = node_role("node", 0, [model, *command.args], env)
         combination = Combination(variant, hardware, f"omni-{command.task}", 1, None, features, index == 0)
         planned.append(PlannedCommands(combination, "single_node", (role,), ()))
     return planned

@@ -41,10 +41,10 @@ def preflight(project: Project, image: ImageSpec, roles: Sequence[NodeRole] = ()
                 )
             )
     findings += [Finding("note", note.source, "catalog/hardware.yaml") for note in hardware.notes]
-    trusts_code = any("--trust-remote-code" in role.args for role in roles)
+    trusts_code = any("--trust-remote-code" in role.words for role in roles)
     if (
         trusts_code
-        and "--code-revision" not in " ".join(arg for role in roles for arg in role.args)
+        and "--code-revision" not in " ".join(arg for role in roles for arg in role.words)
         and not image.bundled_model_src
     ):
         findings.append(

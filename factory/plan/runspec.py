@@ -3,41 +3,33 @@
 Every format prints it and none decides a run option of its own: compose files, `factory show`'s
 `docker run` lines, the container validation starts, Kubernetes manifests. A value that depends on which
 node a process runs on is a `FromIndex`, a function of the node's index in its group (0 for the first),
-so one worker spec serves every rank: `--node-rank` is the index, `--data-parallel-start-rank` the index
-times the local data-parallel size, a pool node's address the setting of that node.
+so one worker spec serves every rank; synthesis wrote it typed (factory.synthesis.values), and the port,
+address, served names and parallel sizes come read once from the final command (factory.synthesis.options):
+no value here is read back out of a flag.
 
 Settings stay named (`$HEAD_IP`, `$BIND_ADDRESS`); secrets are references, never values.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from factory.catalog.schema import GpuRequest, PodRequests, Secret, Server, Vendor, Volume
-from factory.plan.settings import PLACEHOLDER, known_setting, setting
-from factory.synthesis.args import flag_value, int_value
+from factory.plan.settings import known_setting
+from factory.synthesis.options import ServeOptions, Value
+from factory.synthesis.values import FromIndex
+
+SERVED_LABEL = "ai.vllm.factory.served-model-names"  # a JSON list: names may hold any character
+
+__all__ = ["FromIndex", "HealthProbe", "ProcessGroup", "Run", "RunSpec", "Value", "process_spec", "value_at"]
 
 
 class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class FromIndex(Frozen):
-    """A value computed from the index of the node a process runs on (0: its group's first node)."""
-
-    times: int = 1  # the index times this (--node-rank: 1; --data-parallel-start-rank: the local DP size)
-    address_of: str | None = None  # else the address setting of that node of this pool: $PREFILL_NODE_<i+1>
-
-    def at(self, index: int) -> str:
-        if self.address_of is not None:
-            return f"${self.address_of}_NODE_{index + 1}"
-        return str(index * self.times)
-
-
-Value = str | FromIndex
 
 
 def value_at(value: Value, index: int) -> str:
@@ -85,6 +77,7 @@ class RunSpec(Frozen):
     shm_size: str | None  # /dev/shm: a memory-backed file system of this size (None: the runtime's default)
     ulimits: tuple[tuple[str, int], ...]
     port: int  # the port the process listens on (its own --port, else the server's)
+    served_names: tuple[str, ...]  # the names clients ask it for (its --served-model-name, else its model)
     network: Literal["host", "published"]  # the host's network (nodes meet there), or a published port
     probe: HealthProbe | None  # None: it serves no HTTP (a headless rank)
     volumes: tuple[Volume, ...]
@@ -117,29 +110,11 @@ class RunSpec(Frozen):
         )
 
     @property
-    def bind(self) -> Value:
-        """The address it listens on: its --host (a setting on the host's network), else every interface of
-        its own container (vLLM's default)."""
-        return _flag_value(self.args, "--host") or "0.0.0.0"
-
-    @property
-    def served_names(self) -> tuple[str, ...]:
-        """The model names clients ask it for: the values of its last `--served-model-name` (one or more,
-        as vLLM's argparse takes them), else its model argument (vLLM's default); none for the router."""
-        if self.program != "vllm":
-            return ()
-        argv = self.argv
-        names: tuple[str, ...] = ()
-        for position, arg in enumerate(argv):
-            if arg == "--served-model-name":
-                following = argv[position + 1 :]
-                ends = next((i for i, token in enumerate(following) if token.startswith("-")), len(following))
-                names = tuple(following[:ends])
-            elif arg.startswith("--served-model-name="):
-                names = (arg.split("=", 1)[1],)
-        if names:
-            return names
-        return (argv[0],) if argv and not argv[0].startswith("-") else ()
+    def all_labels(self) -> tuple[tuple[str, str], ...]:
+        """The labels every format attaches to the process: the spec's, and the names it answers to (so a
+        gateway, or a person, finds what to ask for without reading its command)."""
+        served = ((SERVED_LABEL, json.dumps(list(self.served_names))),) if self.served_names else ()
+        return (*self.labels, *served)
 
     @property
     def argv(self) -> list[str]:
@@ -167,38 +142,6 @@ class ProcessGroup(Frozen):
         return self.spec.at(self.indices[self.names.index(name)])
 
 
-# Flags whose value is the node's index times a constant: the rank arithmetic of vLLM's launchers.
-RANK_FLAGS = ("--node-rank", "--data-parallel-start-rank")
-
-
-def gpus_used(args: Sequence[str], gpus_per_node: int, needs_gpus: bool) -> int:
-    """The GPUs one node's process uses: tensor x pipeline parallel spread over its nodes, times the data
-    parallel ranks it runs locally; the whole node where a size is a setting or larger than the node."""
-    if not needs_gpus:
-        return 0
-
-    def size(flag: str, default: int) -> int | None:
-        value = flag_value(list(args), flag)
-        if value is None:
-            return default
-        number = int_value(value)
-        return number if number is not None and number >= 0 else None
-
-    tp, pp, nnodes = (
-        size("--tensor-parallel-size", 1),
-        size("--pipeline-parallel-size", 1),
-        size("--nnodes", 1),
-    )
-    local = size("--data-parallel-size-local", 0)
-    if local == 0:
-        local = size("--data-parallel-size", 1)
-    if None in (tp, pp, nnodes, local) or not nnodes:
-        return gpus_per_node
-    assert tp is not None and pp is not None and local is not None and nnodes is not None
-    used = max(1, (tp * pp) // nnodes) * max(1, local)
-    return min(gpus_per_node, used)
-
-
 class Run(Frozen):
     """What every process of one image has in common, from the catalog: the run-time half of a vendor and
     the server."""
@@ -217,37 +160,34 @@ def process_spec(
     program: Literal["vllm", "vllm-router"],
     args: Sequence[Value],
     env: Sequence[tuple[str, Value]],
+    options: ServeOptions,
     host_network: bool,
-    serves_http: bool,
-    port: int | None,
     labels: dict[str, str],
 ) -> RunSpec:
-    """One process's spec: its command from the plan, everything else from the catalog."""
+    """One process's spec: its command and what its server reads from it (`options`) from the plan,
+    everything else from the catalog."""
     server, vendor = run.server, run.vendor
-    port_flag = _flag_value(args, "--port")
-    port_setting = _setting_named(port_flag)
     # `--port $ROUTER_PORT` (the PD router): it listens on that setting's default unless set otherwise.
-    if port is None and port_setting is not None:
-        default = setting(port_setting).default
-        port = int(default) if default and default.isdigit() else None
-    listens = port or server.port
-    host_flag = _flag_value(args, "--host")
+    known = known_setting(options.port_setting) if options.port_setting else None
+    setting = options.port_setting if known else None
+    default = known.default if known else None
+    listens = options.port or (int(default) if default and default.isdigit() else None) or server.port
+    is_vllm = program == "vllm"
     probe = (
         HealthProbe(
             path=server.health_path,
             port=listens,
-            host=host_flag if host_flag is not None else "127.0.0.1",
+            host=options.host if options.host is not None else "127.0.0.1",
             start_period_s=run.start_period_s,
             interval_s=server.health_interval_s,
             timeout_s=server.health_timeout_s,
             retries=server.health_retries,
-            port_setting=port_setting,
+            port_setting=setting,
         )
-        if serves_http
+        if not options.headless
         else None
     )
-    concrete = [arg for arg in args if isinstance(arg, str)]
-    is_vllm = program == "vllm"
+    served = options.served_names or ((options.model,) if options.model else ())
     return RunSpec(
         image=image,
         platform=platform,
@@ -256,7 +196,7 @@ def process_spec(
         env=tuple(env),
         secrets=tuple(server.secrets) if is_vllm else (),
         gpu_request=vendor.gpu_request if is_vllm else None,
-        gpus=gpus_used(concrete, run.gpus_per_node, vendor.gpu_check is not None) if is_vllm else 0,
+        gpus=options.sizes.gpus(run.gpus_per_node) if is_vllm and vendor.gpu_check is not None else 0,
         devices=tuple(vendor.devices) if is_vllm else (),
         groups=tuple(group.group for group in vendor.group_add) if is_vllm else (),
         security_opt=tuple(vendor.security_opt) if is_vllm else (),
@@ -264,6 +204,7 @@ def process_spec(
         shm_size=vendor.shm_size if is_vllm else None,
         ulimits=tuple(server.ulimits.items()) if is_vllm else (),
         port=listens,
+        served_names=served if is_vllm else (),
         network="host" if host_network else "published",
         probe=probe,
         volumes=tuple(server.volumes) if is_vllm else (),
@@ -274,65 +215,3 @@ def process_spec(
         requests=vendor.pod_requests if is_vllm else server.router_requests,
         cache_gb=run.weights_gb if is_vllm else None,
     )
-
-
-def _setting_named(value: Value | None) -> str | None:
-    """The setting a whole value names (`$ROUTER_PORT`), if the factory knows it."""
-    match = PLACEHOLDER.fullmatch(value) if isinstance(value, str) else None
-    name = (match.group("braced") or match.group("bare")) if match else None
-    return name if name is not None and known_setting(name) is not None else None
-
-
-def _flag_value(args: Sequence[Value], flag: str) -> Value | None:
-    """The value after the last `flag` in `args`, or of its last `flag=value` (a FromIndex stays one)."""
-    found: Value | None = None
-    for position, arg in enumerate(args):
-        if arg == flag and position + 1 < len(args):
-            found = args[position + 1]
-        elif isinstance(arg, str) and arg.startswith(f"{flag}="):
-            found = arg[len(flag) + 1 :]
-    return found
-
-
-def template_of(nodes: Sequence[tuple[int, Sequence[str]]], pool: str | None) -> list[Value] | None:
-    """One argument list for every (index, args) node, with the rank-dependent values as FromIndex: the
-    values of RANK_FLAGS, and (in a pool) the pool's node addresses. None when the nodes differ in any
-    other way, or a rank value is not the index times one constant."""
-    first = nodes[0][1]
-    if all(index == 0 for index, _ in nodes):
-        return list(first)  # a head: index 0 only, its values stay as written
-    if any(len(args) != len(first) for _, args in nodes):
-        return None
-    template: list[Value] = []
-    for position, token in enumerate(first):
-        column = [(index, args[position]) for index, args in nodes]
-        if all(value == token for _, value in column) and not _is_rank_value(first, position, pool):
-            template.append(token)
-            continue
-        derived = _derive(first, position, column, pool)
-        if derived is None:
-            return None
-        template.append(derived)
-    return template
-
-
-def _is_rank_value(args: Sequence[str], position: int, pool: str | None) -> bool:
-    previous = args[position - 1] if position else None
-    if previous in RANK_FLAGS:
-        return True
-    return pool is not None and args[position].startswith(f"${pool.upper()}_NODE_") and previous == "--host"
-
-
-def _derive(
-    args: Sequence[str], position: int, column: list[tuple[int, str]], pool: str | None
-) -> FromIndex | None:
-    previous = args[position - 1] if position else None
-    if previous in RANK_FLAGS:
-        numbers = [(index, int_value(value)) for index, value in column if index]
-        factors = {number // index for index, number in numbers if number is not None and number >= 0}
-        candidate = FromIndex(times=factors.pop() if len(factors) == 1 else 1)
-    elif pool is not None and previous == "--host":
-        candidate = FromIndex(address_of=pool.upper())
-    else:
-        return None
-    return candidate if all(candidate.at(index) == value for index, value in column) else None

@@ -10,6 +10,8 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from factory.synthesis.values import POOL_NODE
+
 # $NAME or ${NAME}, an upper-case shell variable name: the spelling of a placeholder.
 PLACEHOLDER = re.compile(r"\$(?:\{(?P<braced>[A-Z_][A-Z0-9_]*)\}|(?P<bare>[A-Z_][A-Z0-9_]*))")
 
@@ -42,7 +44,7 @@ SETTINGS: dict[str, Setting] = {
 # Settings named by pattern: one per node of a prefill or decode pool.
 _PATTERNS = (
     (
-        re.compile(r"^(PREFILL|DECODE)_NODE_(\d+)$"),
+        POOL_NODE,
         "address of node {2} of the {1} pool, reachable by the router",
     ),
     (re.compile(r"^(PREFILL|DECODE)_DP_RPC_PORT$"), "data-parallel RPC port of the {1} pool's first node"),

@@ -108,6 +108,7 @@ def render(deployment: Deployment, role: NodeRole) -> str:
             image_ref=_image(spec),
             command=[compose_value(arg) for arg in spec.argv],
             env={name: compose_value(value) for name, value in spec.environment.items()},
+            labels=[(name, value.replace("$", "$$")) for name, value in spec.all_labels],  # text, as written
             secrets=[(secret, f"${{{secret.env}:-}}") for secret in spec.secrets],
             volumes=[(volume, f"${{{volume.setting}:-{volume.default}}}") for volume in spec.volumes],
             groups=[compose_value(group) for group in spec.groups],

@@ -50,7 +50,7 @@ def run_options(spec: RunSpec) -> list[str]:
         f'-v "${{{volume.setting}:-{volume.default.replace("~", "$HOME", 1)}}}:{volume.target}"'
         for volume in spec.volumes
     ]
-    options += [f"--label {shlex.quote(f'{name}={value}')}" for name, value in spec.labels]
+    options += [f"--label {shlex.quote(f'{name}={value}')}" for name, value in spec.all_labels]
     if spec.probe is None:
         options.append("--no-healthcheck")
     else:

@@ -32,6 +32,7 @@ from factory.plan.models import Deployment
 from factory.plan.runspec import FromIndex, ProcessGroup, RunSpec, Value
 from factory.plan.settings import PLACEHOLDER, known_setting, setting
 from factory.render import yaml_text
+from factory.synthesis.values import pool_node_setting, read_pool_node
 
 Manifest = dict[str, Any]
 
@@ -392,7 +393,7 @@ def pod_template(
     resources = _gpu_limits(spec) | _requests(spec)
     container |= {"resources": resources} if resources else {}
     container |= _security(spec) | {"volumeMounts": mounts} | _probes(spec)
-    annotations = dict(spec.labels)
+    annotations = dict(spec.all_labels)
     annotations["ai.vllm.factory.gpus"] = str(spec.gpus)  # the GPUs the process uses
     pod: dict[str, Any] = {
         # No variables for every Service of the namespace: vLLM reads none, and a Service named `vllm`
@@ -563,7 +564,6 @@ def kustomization(deployment: Deployment) -> str:
 
 # --- prefill/decode: a LeaderWorkerSet per pool, the router's Deployment and its Service -----------------
 
-POOL_ADDRESS = re.compile(r"^\$(?:\{)?(?P<pool>PREFILL|DECODE)_NODE_(?P<node>\d+)\}?$")
 # Variables naming an address vLLM binds on the process's own node (NIXL's side channel listens there): in a
 # pod that is the pod's address, whichever node compose names (a headless TP rank's names the pool's first).
 BOUND_ENV = ("VLLM_NIXL_SIDE_CHANNEL_HOST",)
@@ -574,8 +574,8 @@ ROUTER = "router"
 
 def _pool_address(value: Value) -> tuple[str, int] | None:
     """(pool, node number) of a value that is one pool node's address setting ($DECODE_NODE_2)."""
-    match = POOL_ADDRESS.match(value) if isinstance(value, str) else None
-    return (match["pool"], int(match["node"])) if match else None
+    match = PLACEHOLDER.fullmatch(value) if isinstance(value, str) else None
+    return read_pool_node(match["braced"] or match["bare"]) if match else None
 
 
 def pool_names(deployment: Deployment) -> dict[str, str]:
@@ -611,7 +611,7 @@ def table_of(deployment: Deployment, group: ProcessGroup, index: int | None = No
     for pool, size in sizes.items():
         values[f"{pool.upper()}_DP_RPC_PORT"] = PodValue(f"$({pool.upper()}_DP_RPC_PORT)", config=True)
         for node in range(1, size + 1):
-            key = f"{pool.upper()}_NODE_{node}"
+            key = pool_node_setting(pool, node)
             if group.pool is None:
                 values[key] = PodValue(node_address(deployment, pool, node))
             elif pool == group.pool and own == (node - 1,):
@@ -621,7 +621,7 @@ def table_of(deployment: Deployment, group: ProcessGroup, index: int | None = No
     if group.pool is None:
         values["ROUTER_HOST"] = POD_ADDRESS
         values["ROUTER_PORT"] = PodValue(str(group.spec.port))  # the port its Service targets
-    return Table(values, group.pool.upper() if group.pool else None)
+    return Table(values, group.pool)
 
 
 def _pd_objects(deployment: Deployment, name: str, labels: dict[str, str], where: str) -> list[Manifest]:

@@ -8,6 +8,7 @@ from factory.recipes.tree_schema import HardwareProfile, Strategy
 from factory.synthesis import pd
 from factory.synthesis.hardware import generation_block
 from factory.synthesis.selection import Selection
+from factory.synthesis.values import own_address, pool_node
 
 # NCCL and UCX settings meant for GB200/GB300 NVL4 trays (NVLink between nodes); on other hardware they are
 # inert or harmful, so the site drops them from PD pools elsewhere.
@@ -93,11 +94,11 @@ def _pool_devices(selection: Selection, profile: HardwareProfile, role: str) -> 
 def _rank_hosts(
     selection: Selection, strategy: Strategy, role: str, env: dict[str, EnvValue]
 ) -> dict[str, EnvValue]:
-    """A DEP pool's node k binds its side channel on its own address: $ROLE_NODE_1 -> $ROLE_NODE_<k+1>."""
+    """A DEP pool's node k binds its side channel on its own address: the first node's -> its own."""
     chosen = selection.pd_nodes.get(role) if selection.pd_nodes else None
     rank = chosen.rank if chosen else 0
     parallelism = pd.declared_parallelism(selection.recipe, selection.strategy_name, strategy, role)
     if rank <= 0 or parallelism != "dep":
         return env
-    old, new = f"${role.upper()}_NODE_1", f"${role.upper()}_NODE_{rank + 1}"
+    old, new = pool_node(role, 1), own_address(role, rank)
     return {key: new if value == old else value for key, value in env.items()}

@@ -13,6 +13,7 @@ from factory.recipes.schema import Recipe
 from factory.recipes.tree_schema import HardwareProfile, Strategy
 from factory.synthesis.args import flag_value
 from factory.synthesis.hardware import generation_block
+from factory.synthesis.values import node_rank, start_rank
 
 HEAD = "$HEAD_IP"  # the rendezvous host, as the site spells it; compose files fill it from the settings
 
@@ -72,7 +73,7 @@ def _data_parallel(
     found = ["--data-parallel-size", str(gpus * nodes), "--data-parallel-size-local", str(gpus)]
     found += ["--data-parallel-address", head]
     if rank:
-        found += ["--data-parallel-start-rank", str(rank * local)]
+        found += ["--data-parallel-start-rank", start_rank(rank, local)]
     return found
 
 
@@ -110,7 +111,7 @@ def _replica_per_node(
     found = ["--tensor-parallel-size", str(gpus), "--data-parallel-size", str(nodes)]
     found += ["--data-parallel-size-local", "1", "--data-parallel-address", head]
     if rank:
-        found += ["--data-parallel-start-rank", str(rank)]
+        found += ["--data-parallel-start-rank", start_rank(rank, 1)]
     return found
 
 
@@ -129,7 +130,7 @@ def _tensor_parallel(
 
 
 def _mp(nodes: int, rank: int, head: str) -> list[str]:
-    found = ["--nnodes", str(nodes), "--node-rank", str(rank), "--master-addr", head]
+    found = ["--nnodes", str(nodes), "--node-rank", node_rank(rank), "--master-addr", head]
     return [*found, "--headless"] if rank > 0 else found
 
 

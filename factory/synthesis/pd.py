@@ -14,6 +14,7 @@ from factory.recipes.schema import PdRoleOverride, Recipe, Variant
 from factory.recipes.tree_schema import HardwareProfile, PdRole, Strategy
 from factory.synthesis.hardware import pd_fits_one_node
 from factory.synthesis.strategies import nodes_for, pd_pool_modes
+from factory.synthesis.values import node_rank, pool_node, start_rank
 
 ROLES = ("prefill", "decode")
 MAX_NODES_PER_POOL = 4  # beyond this the site renders no cluster ("don't emit a fantasy cluster")
@@ -114,7 +115,6 @@ def pool_args(
     if parallelism not in allowed:
         parallelism = allowed[0]
     override, spec = _override(recipe, strategy_name, role), role_spec(strategy, role)
-    upper = role.upper()
     if parallelism == "dep":
         in_pool = max(1, nodes)
         explicit_tp = override.tp if override.tp is not None else spec.tp
@@ -127,12 +127,12 @@ def pool_args(
             "--data-parallel-size-local",
             str(dp_local),
         ]
-        found += ["--data-parallel-start-rank", str(index * dp_local)]
+        found += ["--data-parallel-start-rank", start_rank(index, dp_local)]
         found += [
             "--data-parallel-address",
-            f"${upper}_NODE_1",
+            pool_node(role, 1),
             "--data-parallel-rpc-port",
-            f"${upper}_DP_RPC_PORT",
+            f"${role.upper()}_DP_RPC_PORT",
         ]
         if in_pool > 1:
             found.append("--data-parallel-hybrid-lb")
@@ -143,7 +143,14 @@ def pool_args(
         found.append("--enable-expert-parallel")
     if nodes > 1:
         index = max(0, min(nodes - 1, rank))
-        found += ["--nnodes", str(nodes), "--node-rank", str(index), "--master-addr", f"${upper}_NODE_1"]
+        found += [
+            "--nnodes",
+            str(nodes),
+            "--node-rank",
+            node_rank(index),
+            "--master-addr",
+            pool_node(role, 1),
+        ]
         if index > 0:
             found.append("--headless")
     return found
@@ -178,7 +185,7 @@ def router_argv(recipe: Recipe, strategy_name: str, strategy: Strategy, metas: l
     for meta in metas:
         endpoints = max(1, meta.nodes or 1) if meta.parallelism == "dep" else 1
         for index in range(endpoints):
-            url = f"http://${meta.role.upper()}_NODE_{index + 1}:{ROUTER_PORTS[meta.role]}"
+            url = f"http://{pool_node(meta.role, index + 1)}:{ROUTER_PORTS[meta.role]}"
             argv += [f"--{meta.role}", url]
     override = recipe.strategy_overrides.get(strategy_name)
     pinned = override.router.intra_node_data_parallel_size if override and override.router else None

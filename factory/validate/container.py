@@ -120,7 +120,7 @@ def run_options(
     options: dict[str, Any] = {
         "image": spec.image,
         "command": [host_value(arg, given) for arg in spec.argv],
-        "labels": {**dict(spec.labels), **run_labels},
+        "labels": {**dict(spec.all_labels), **run_labels},
         "environment": environment,
         "cap_add": list(spec.capabilities),
         "ulimits": [Ulimit(name=name, soft=limit, hard=limit) for name, limit in spec.ulimits],

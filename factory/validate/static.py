@@ -116,7 +116,7 @@ def argv_sets(image: ImagePlan, composes: list[Deployment]) -> dict[str, list[st
     for plan in composes:
         for role in plan.roles:
             if role.program == "vllm":
-                args = [example_value(arg, EXAMPLE_SETTINGS) for arg in role.args]
+                args = [example_value(arg, EXAMPLE_SETTINGS) for arg in role.words]
                 sets[str(compose.path(plan, role))] = args
     return sets
 
