@@ -203,14 +203,12 @@ def finish(
         project, loaded, variant, hardware, release, default_command(planned, weights), common_env(planned)
     )
     server = project.catalog.server
-    omni_port = loaded.recipe.omni.port if loaded.recipe.omni else None
-    if omni_port is not None:  # the image's EXPOSE and HEALTHCHECK follow the port its command serves on
-        server = server.model_copy(update={"port": omni_port})
-    image, image_files = hashed_context(spec, server, loaded.bundled_model_dir)
+    image, image_files = hashed_context(spec, loaded.bundled_model_dir)
     vendor = project.catalog.vendors[image.vendor]
     run = Run(
         vendor=vendor,
         server=server,
+        router=project.catalog.router,
         gpus_per_node=image.gpus_per_node,
         start_period_s=image.start_period_s,
         # a model the image carries is not downloaded: no cache to size

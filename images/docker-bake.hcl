@@ -206,5 +206,5 @@ target "vllm-router-0-1-17" {
   context    = "images/vllm-router/0.1.17"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/vllm-router:0.1.17", "${REGISTRY}vllm-factory/vllm-router:0.1.17-446ccb806e61"]
+  tags       = ["${REGISTRY}vllm-factory/vllm-router:0.1.17", "${REGISTRY}vllm-factory/vllm-router:0.1.17-7db1c8d93fb7"]
 }

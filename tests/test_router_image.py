@@ -26,10 +26,11 @@ from factory.build.builder import BuildResult
 from factory.engine import OWNER_LABEL
 from factory.errors import InputError
 from factory.plan.models import Deployment
+from factory.plan.runspec import RunSpec
 from factory.project import Project
 from factory.recipes.loader import load_tree
 from factory.render import compose
-from factory.router.image import HEALTH_PATH, router_files, router_image
+from factory.router.image import router_files, router_health, router_image
 from factory.router.lock import lock_path, read_router_lock
 from tests.conftest import FIXTURES, ROOT, TINY, run_factory
 
@@ -68,7 +69,7 @@ def test_the_pd_router_has_a_health_check_on_its_own_health_endpoint(project: Pr
     service = router_service(deployment)
     test = service["healthcheck"]["test"]
     assert test[:2] == ["CMD", "curl"]
-    assert test[-1] == f"http://${{ROUTER_HOST:-127.0.0.1}}:${{ROUTER_PORT:-8000}}{HEALTH_PATH}"
+    assert test[-1] == "http://${ROUTER_HOST:-127.0.0.1}:${ROUTER_PORT:-8000}/health"
     # The address and port it asks are the ones the router's own command listens on.
     command = service["command"]
     assert command[command.index("--host") + 1] in test[-1]
@@ -219,6 +220,8 @@ def completions_served(container: Any) -> int:
 def test_the_router_starts_answers_health_and_routes_completions_to_two_cpu_servers(
     no_leftovers: None, project: Project, router_built: BuildResult, tiny_built: BuildResult, cluster: Cluster
 ) -> None:
+    health = router_health(project)
+    assert health.port == 30000, "vllm-router 0.1.17 listens on 30000 when no --port is given"
     servers = [tiny_server(cluster, name, tiny_built.image, []) for name in ("server-1", "server-2")]
     # The router binds only once its workers are healthy and gives up after 600 s: start it after them.
     for server in servers:
@@ -234,16 +237,14 @@ def test_the_router_starts_answers_health_and_routes_completions_to_two_cpu_serv
             "round_robin",
             "--host",
             "0.0.0.0",
-            "--port",
-            "8000",
             "--worker-startup-check-interval",
             "2",
-        ],
-        ports={"8000/tcp": ("127.0.0.1", None)},
+        ],  # no --port: vllm-router's own default, where the image's HEALTHCHECK and EXPOSE point
+        ports={f"{health.port}/tcp": ("127.0.0.1", None)},
     )
     wait_for_health(router, 180)  # the image's own HEALTHCHECK: curl on the router's /health
-    url = published(router)
-    assert requests.get(f"{url}{HEALTH_PATH}", timeout=10).status_code == 200
+    url = published(router, health.port)
+    assert requests.get(f"{url}{health.path}", timeout=10).status_code == 200
     for _ in range(4):
         response = requests.post(
             f"{url}/v1/completions",
@@ -441,3 +442,51 @@ def test_vllm_router_parses_every_router_command_the_factory_renders(
         site_said, rewritten_said = _parsed(router_built.image, docker_client, [site_kv, rewritten])
         assert "unrecognized arguments: --backend-url" in site_said, site_said
         assert rewritten_said == "ok", rewritten_said
+
+
+@pytest.mark.parametrize("field", sorted(RunSpec.model_fields))
+def test_the_routers_compose_file_prints_or_lists_every_spec_field(project: Project, field: str) -> None:
+    """The router's file is printed by the same template as every vLLM process's: a change to any field of
+    its spec changes the file, unless compose lists the field as one it cannot express (with why). (Its own
+    template printed image, command, labels, network, health check and restart only: environment, volumes,
+    capabilities and /dev/shm given to the router were dropped without a word.)"""
+    from tests.test_run_spec import MUTATIONS
+
+    deployment = pd_deployment(project)
+    index = next(i for i, group in enumerate(deployment.run) if group.spec.program == "vllm-router")
+    group = deployment.run[index]
+    change = "vllm" if field == "program" else MUTATIONS[field](group.spec)  # the router's is vllm-router
+    changed = group.spec.model_copy(update={field: change})
+    assert changed != group.spec
+    assert group.spec.network == "host"
+    run = (*deployment.run[:index], group.model_copy(update={"spec": changed}), *deployment.run[index + 1 :])
+    role = next(role for role in deployment.roles if role.program == "vllm-router")
+    before = compose.render(deployment, role)
+    after = compose.render(deployment.model_copy(update={"run": run}), role)
+    cannot = {**compose.CANNOT_EXPRESS, **compose.CANNOT_EXPRESS_ON_HOST_NETWORK}
+    if field in cannot:
+        assert before == after, f"compose lists {field} as not expressible, but prints it"
+    else:
+        assert before != after, f"the router's compose file does not print its spec's {field}"
+
+
+def test_the_router_waits_as_long_as_its_pools_start_and_its_start_budget_is_its_own(
+    project: Project,
+) -> None:
+    """vllm-router exits when its workers are not healthy within --worker-startup-timeout-secs (600 s unless
+    set): the factory sets it to the pools' start budget, a recorded deviation; the router's health check
+    allows that wait plus the router's own start (the catalog's), not the model's budget alone."""
+    deployment = pd_deployment(project)
+    router = next(role for role in deployment.roles if role.program == "vllm-router")
+    pools = deployment.spec(deployment.roles[0])
+    assert pools.probe is not None
+    words = router.words
+    wait = int(words[words.index("--worker-startup-timeout-secs") + 1])
+    assert wait == pools.probe.start_period_s
+    spec = deployment.spec(router)
+    assert spec.probe is not None
+    assert spec.probe.start_period_s == wait + project.catalog.router.start_period_s
+    recorded = next(d for d in deployment.deviations if d.flag == "--worker-startup-timeout-secs")
+    assert [edit.process for edit in recorded.edits] == ["roles.router.argv"]
+    service = router_service(deployment)
+    assert service["healthcheck"]["start_period"] == f"{spec.probe.start_period_s}s"

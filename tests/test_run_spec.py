@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import socket
 import subprocess
 import uuid
@@ -248,6 +249,10 @@ def test_the_port_vllm_listens_on_is_the_port_every_format_publishes_and_probes(
     pod = next(d for d in kubernetes.objects(deployment) if d["kind"] == "Deployment")
     vllm = pod["spec"]["template"]["spec"]["containers"][0]
     assert vllm["ports"] == [{"name": "http", "containerPort": port}]
+    # `docker run IMAGE` serves this command: the image's own EXPOSE and HEALTHCHECK follow its port.
+    health = blueprint.image.health
+    assert health is not None and health.port == port
+    assert health.check[-1] == f"http://127.0.0.1:{port}/health"
 
 
 @pytest.mark.parametrize(
@@ -354,3 +359,34 @@ def test_validation_starts_the_container_the_compose_file_ships(
     assert ours["published to"] == ["127.0.0.1"]
     # The listed differences are the only ones: the cache's source, the host port, the labels.
     assert {d.field for d in container.DIFFERENCES} >= {"volumes", "port", "labels"}
+
+
+@pytest.mark.docker
+@pytest.mark.e2e
+def test_a_model_served_under_a_name_of_its_own_is_asked_for_by_that_name(
+    project: Project, tiny_built: Any, no_leftovers: None, tmp_path: Path
+) -> None:
+    """The tiny model with a `--served-model-name` of the recipe's own (as dots-studio/dots3-note-prev sets
+    one upstream), served for real on the CPU: the plan says the server answers to that name, and validation
+    asks /v1/models and a chat completion for it, and both pass. (Asked by the model's id, they would fail:
+    the server answers only to the names it is given.)"""
+    from factory.validate.runner import validate_image
+
+    tree = tmp_path / "recipes"
+    shutil.copytree(ROOT / "recipes", tree)  # the tiny recipe, its bundled model, the project's lock
+    path = tree / "models" / "factory" / "tiny-random-llama.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["model"]["base_args"] = [*data["model"].get("base_args", []), "--served-model-name", "tiny-chat"]
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    named = load_project(ROOT, tree, tmp_path / "out", lock=project.lock_path)
+    blueprint = blueprint_of(named, TINY, "cpu")
+    deployment = blueprint.deployment("single_node_tp")
+    assert deployment.spec(deployment.roles[0]).served_names == ("tiny-chat",)
+    # Only the command differs from the image built for the project: that image serves it.
+    assert blueprint.image.reference == blueprint_of(project, TINY, "cpu").image.reference
+    report = validate_image(blueprint, tmp_path / "reports")
+    cases = {case.name: case for case in report.cases}
+    assert cases["live:models"].status == "passed", cases["live:models"].detail
+    assert "tiny-chat" in cases["live:models"].detail
+    assert TINY not in cases["live:models"].detail, "the server answers to the recipe's name only"
+    assert cases["live:chat"].status == "passed", cases["live:chat"].detail

@@ -195,6 +195,19 @@ class Server(Strict):
         return f"http://127.0.0.1:{self.port}{self.health_path}"
 
 
+class RouterProcess(Strict):
+    """The P/D router's own facts (vllm-router, the release the router lock holds): where it listens when no
+    --port is given, how it says it is ready, and how long its own start takes. It binds only once every
+    worker it fronts answers, waiting at most --worker-startup-timeout-secs (then it exits): its start budget
+    is that wait plus its own start."""
+
+    default_port: Port = 30000  # vllm-router 0.1.17's --port default (router_args.py): the image's EXPOSE
+    health_path: str = "/health"
+    start_period_s: Count = 60  # its own start once its workers answer
+    worker_wait_default_s: Count = 600  # --worker-startup-timeout-secs' default in vllm-router 0.1.17
+    sources: list[str] = []
+
+
 class Hardware(Strict):
     vendor: str  # a key of the catalog's vendors (the loader checks it)
     display_name: str
@@ -217,12 +230,14 @@ class DeviationRule(Strict):
 
     flag: str  # the flag the rule adds or changes
     reason: str
+    program: Literal["vllm", "vllm-router"] = "vllm"  # the processes it applies to
     when_present: list[str] = []  # every one of these flags is in the command
     when_absent: list[str] = []  # none of these is
     when_nonzero: list[str] = []  # each of these flags is there with a value other than 0
     when_host_network: bool = False  # only processes of deployments on the host's network (multi-node, PD)
     # Appended (the flag and its value) unless the command already has `flag`; {bind_address} is the address
-    # the process must listen on: its own node's for a PD pool (the router calls it), else $BIND_ADDRESS.
+    # the process must listen on: its own node's for a PD pool (the router calls it), else $BIND_ADDRESS;
+    # {workers_start_s} the start budget of the vLLM processes the router fronts.
     add: list[str] = []
     # Split an entry holding a flag and its value (`--max-model-len auto`) into the two words it is.
     split_flag_and_value: bool = False
@@ -287,6 +302,7 @@ class Catalog(Strict):
     vendors: dict[str, Vendor]
     indexes: dict[str, PackageIndex] = {}
     server: Server = Server()
+    router: RouterProcess = RouterProcess()
     installs: dict[str, Install]
     hardware: dict[str, Hardware]
     known_bad: dict[str, list[KnownBadPin]] = {}  # model_id -> versions that break it

@@ -8,6 +8,7 @@ from typing import Literal
 
 from factory.plan.deviations import Process as Facts
 from factory.plan.deviations import apply
+from factory.plan.images import model_start_period
 from factory.plan.models import Deviation, FlagEdit, NodeRole, node_role
 from factory.project import Project
 from factory.recipes.loader import LoadedRecipe
@@ -93,7 +94,7 @@ class _Finisher:
                 for pool in command.pools
                 for rank, process in enumerate(pool.processes)
             ]
-            router = node_role("router", 0, command.router[1:], {}, program="vllm-router")
+            router = self.router_role(list(command.router[1:]))
             return [*roles, router]
         if command.deploy_type == "multi_node":
             return [
@@ -101,6 +102,22 @@ class _Finisher:
                 for rank, process in enumerate(command.nodes)
             ]
         return [self.role("node", 0, command.nodes[0])]
+
+    def router_role(self, args: list[str]) -> NodeRole:
+        """The P/D router, changed by the rules for it: it waits as long as its pools take to start."""
+        about = Facts(
+            self.version,
+            self.recipe.model.context_length,
+            True,
+            "$ROUTER_HOST",
+            "roles.router.argv",
+            program="vllm-router",
+            workers_start_s=model_start_period(self.recipe.model.parameter_count),
+        )
+        flags, applied = apply(self.rules, args, about)
+        for deviation in applied:
+            self.record(deviation)
+        return node_role("router", 0, flags, {}, program="vllm-router")
 
     def role(self, name: str, rank: int, process: Process, pool: str | None = None) -> NodeRole:
         # A PD pool's node listens on its own address (the router calls it); others where the user says.

@@ -22,6 +22,8 @@ class Process:
     host_network: bool  # its deployment runs on the host's network
     bind_address: str  # where it should listen when it is on the host's network
     path: str = "argv"  # its key path in a rendering: argv, head_argv, worker_argvs[0], roles.prefill.argv
+    program: str = "vllm"  # vllm, or vllm-router (the P/D router)
+    workers_start_s: int = 0  # the router: the start budget of the vLLM processes it fronts
 
 
 def apply(
@@ -74,7 +76,8 @@ def _apply_one(
 ) -> tuple[list[str], list[FlagEdit]] | None:
     """The flags after this rule and the edit it made, or None when it does not match."""
     matches = (
-        rule.applies_to(process.version)
+        rule.program == process.program
+        and rule.applies_to(process.version)
         and (process.host_network or not rule.when_host_network)
         and all(flag in values for flag in rule.when_present)
         and not any(flag in values for flag in rule.when_absent)
@@ -84,10 +87,9 @@ def _apply_one(
         return None
     if rule.add and rule.flag not in values:
         # {bind_address} alone is the address itself (a pool node's own address keeps its rule).
+        bind, start = process.bind_address, process.workers_start_s
         added = [
-            process.bind_address
-            if token == "{bind_address}"
-            else token.format(bind_address=process.bind_address)
+            bind if token == "{bind_address}" else token.format(bind_address=bind, workers_start_s=start)
             for token in rule.add
         ]
         return [*args, *added], [FlagEdit(process=process.path, before=[], after=added)]

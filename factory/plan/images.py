@@ -22,8 +22,10 @@ from factory.lock.model import (
 from factory.lock.store import set_text
 from factory.plan import naming
 from factory.plan.models import ImageSpec, InstallSpec
+from factory.plan.runspec import health_probe
 from factory.project import Project
 from factory.recipes.loader import LoadedRecipe
+from factory.synthesis import options
 
 # Health-check start period: vLLM images in the wild allow 300 to 480 s; a large model needs more
 # (weights read from disk, CUDA graphs captured), so add 10 s per billion parameters.
@@ -87,7 +89,14 @@ def plan_image_spec(
         env=env,
         default_command=default_command,
         tasks=list(recipe.meta.tasks),
-        start_period_s=start_period(str(recipe.model.parameter_count or "")),
+        start_period_s=model_start_period(recipe.model.parameter_count),
+        health=health_probe(
+            project.catalog.server,
+            project.catalog.router,
+            "vllm",
+            options.read(default_command),
+            model_start_period(recipe.model.parameter_count),
+        ),
         weights_gb=weights_size(recipe.variants[variant].vram_minimum_gb),
         repository=naming.repository(image_slug),
         tag=naming.tag(release.vllm, hardware_key, variant, loaded),
@@ -170,8 +179,9 @@ def weights_size(vram_minimum_gb: float | None) -> float | None:
     return round(vram_minimum_gb / VRAM_PER_WEIGHT, 1)
 
 
-def start_period(parameter_count: str | None) -> int:
-    return BASE_START_PERIOD_S + START_SECONDS_PER_BILLION * round(_billions(parameter_count))
+def model_start_period(parameter_count: str | int | float | None) -> int:
+    """A vLLM process's start budget for a model of this size (the recipe's parameter_count)."""
+    return BASE_START_PERIOD_S + START_SECONDS_PER_BILLION * round(_billions(str(parameter_count or "")))
 
 
 def _billions(count: str | None) -> float:

@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from factory.catalog.schema import Vendor
-from factory.plan.runspec import ProcessGroup, RunSpec, value_at
+from factory.plan.runspec import HealthProbe, ProcessGroup, RunSpec, value_at
 from factory.synthesis import options
 from factory.synthesis.options import ServeOptions, Value, as_value
 
@@ -92,6 +92,9 @@ class ImageSpec(Frozen):
     default_command: list[str]  # the recommended single-node command: `docker run IMAGE` serves it
     tasks: list[str] = []  # what the model does (the recipe's meta.tasks): chooses validation's probes
     start_period_s: int
+    # How `docker run IMAGE` says it is ready: the probe of its default command's process (its port, its
+    # start budget). The Dockerfile's EXPOSE and HEALTHCHECK print it. None: an image that cannot be built.
+    health: HealthProbe | None = None
     # The checkpoint's size on disk, where the recipe says how much VRAM it needs: SCHEMA.md sizes VRAM as
     # weights x 1.2. Sizes the model cache a pod downloads into. None: the recipe gives no size.
     weights_gb: float | None = None

@@ -18,7 +18,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from factory.catalog.schema import GpuRequest, PodRequests, Secret, Server, Vendor, Volume
+from factory.catalog.schema import GpuRequest, PodRequests, RouterProcess, Secret, Server, Vendor, Volume
 from factory.plan.settings import known_setting
 from factory.synthesis.options import ServeOptions, Value
 from factory.synthesis.values import FromIndex
@@ -56,6 +56,13 @@ class HealthProbe(Frozen):
         """The check Docker runs inside the container (the image's own HEALTHCHECK runs the same)."""
         return ["curl", "-fsS", "-o", "/dev/null", self.url(host)]
 
+    @property
+    def check(self) -> list[str]:
+        """The check at the address the process listens on (a node's probe, not a template's)."""
+        if not isinstance(self.host, str):
+            raise ValueError(f"a template's probe ({self.host}) has no single address: take one node's")
+        return self.command(self.host)
+
 
 class RunSpec(Frozen):
     """One process as it runs: what every format prints.
@@ -76,7 +83,7 @@ class RunSpec(Frozen):
     capabilities: tuple[str, ...]
     shm_size: str | None  # /dev/shm: a memory-backed file system of this size (None: the runtime's default)
     ulimits: tuple[tuple[str, int], ...]
-    port: int  # the port the process listens on (its own --port, else the server's)
+    port: int  # the port the process listens on (its own --port, else its program's default)
     served_names: tuple[str, ...]  # the names clients ask it for (its --served-model-name, else its model)
     network: Literal["host", "published"]  # the host's network (nodes meet there), or a published port
     probe: HealthProbe | None  # None: it serves no HTTP (a headless rank)
@@ -148,9 +155,50 @@ class Run(Frozen):
 
     vendor: Vendor
     server: Server
+    router: RouterProcess
     gpus_per_node: int
-    start_period_s: int
+    start_period_s: int  # a vLLM process's start budget (the model's)
     weights_gb: float | None = None  # the checkpoint a process downloads (None: unknown, or in the image)
+
+
+def listening_port(
+    server: Server, router: RouterProcess, program: Literal["vllm", "vllm-router"], options: ServeOptions
+) -> tuple[int, str | None]:
+    """The port a process listens on, and the setting that holds it: its --port; `--port $ROUTER_PORT`, that
+    setting's default (the setting may move it); else its program's default (vLLM's, vllm-router's)."""
+    known = known_setting(options.port_setting) if options.port_setting else None
+    setting = options.port_setting if known else None
+    default = known.default if known else None
+    own_default = server.port if program == "vllm" else router.default_port
+    return options.port or (int(default) if default and default.isdigit() else None) or own_default, setting
+
+
+def health_probe(
+    server: Server,
+    router: RouterProcess,
+    program: Literal["vllm", "vllm-router"],
+    options: ServeOptions,
+    start_period_s: int,
+) -> HealthProbe | None:
+    """How a process says it is ready, from what its command says and the program's own facts: asked on the
+    port and address it listens on, within its own start budget: vLLM's is the model's (`start_period_s`),
+    the router's its wait for its workers (--worker-startup-timeout-secs, else its default) plus its own
+    start. None for a headless rank (it serves no API)."""
+    if options.headless:
+        return None
+    port, setting = listening_port(server, router, program, options)
+    vllm = program == "vllm"
+    wait = options.worker_wait_s if options.worker_wait_s is not None else router.worker_wait_default_s
+    return HealthProbe(
+        path=server.health_path if vllm else router.health_path,
+        port=port,
+        host=options.host if options.host is not None else "127.0.0.1",
+        start_period_s=start_period_s if vllm else router.start_period_s + wait,
+        interval_s=server.health_interval_s,
+        timeout_s=server.health_timeout_s,
+        retries=server.health_retries,
+        port_setting=setting,
+    )
 
 
 def process_spec(
@@ -167,26 +215,8 @@ def process_spec(
     """One process's spec: its command and what its server reads from it (`options`) from the plan,
     everything else from the catalog."""
     server, vendor = run.server, run.vendor
-    # `--port $ROUTER_PORT` (the PD router): it listens on that setting's default unless set otherwise.
-    known = known_setting(options.port_setting) if options.port_setting else None
-    setting = options.port_setting if known else None
-    default = known.default if known else None
-    listens = options.port or (int(default) if default and default.isdigit() else None) or server.port
     is_vllm = program == "vllm"
-    probe = (
-        HealthProbe(
-            path=server.health_path,
-            port=listens,
-            host=options.host if options.host is not None else "127.0.0.1",
-            start_period_s=run.start_period_s,
-            interval_s=server.health_interval_s,
-            timeout_s=server.health_timeout_s,
-            retries=server.health_retries,
-            port_setting=setting,
-        )
-        if not options.headless
-        else None
-    )
+    probe = health_probe(server, run.router, program, options, run.start_period_s)
     served = options.served_names or ((options.model,) if options.model else ())
     return RunSpec(
         image=image,
@@ -203,7 +233,7 @@ def process_spec(
         capabilities=tuple(server.capabilities) if is_vllm else (),
         shm_size=vendor.shm_size if is_vllm else None,
         ulimits=tuple(server.ulimits.items()) if is_vllm else (),
-        port=listens,
+        port=listening_port(server, run.router, program, options)[0],
         served_names=served if is_vllm else (),
         network="host" if host_network else "published",
         probe=probe,

@@ -7,6 +7,7 @@ process runs with is the run spec's; this module decides no run option.
 
 from __future__ import annotations
 
+import json
 from pathlib import PurePosixPath
 
 from factory.plan.models import Deployment, NodeRole
@@ -26,8 +27,23 @@ CANNOT_EXPRESS = {
     "gpu_resource": "a Kubernetes device plugin's name: Docker gives GPUs by driver (a device request) "
     "or by device path",
 }
+# ... and, for a process on the host's network (multi-node and P/D), these too: nothing is published there.
+CANNOT_EXPRESS_ON_HOST_NETWORK = {
+    "port": "on the host's network the process listens where its own command says (--port, its program's "
+    "default): compose publishes no port there",
+    "publish_address": "on the host's network nothing is published: the process's own --host decides where "
+    "it listens",
+}
 IMAGE_SETTING = "FACTORY_IMAGE"  # runs another image (a mirror, a test build) with the same file
 ROUTER_IMAGE_SETTING = "VLLM_ROUTER_IMAGE"  # the same for the PD router's image
+COMMAND_NOTES = {
+    "vllm": "The whole `vllm serve` command of this node: the image's entrypoint runs `vllm serve` with it.",
+    "vllm-router": "The router's whole command: the image's entrypoint runs `vllm-router` with it.",
+}
+ROUTER_NOTES = (
+    "vllm-router is its own program (PyPI: vllm-router), in the factory's router image "
+    "(`factory build-router`).",
+)
 PORT_SETTING = "API_PORT"  # the host port a one-node deployment publishes its API on
 BIND_SETTING = "BIND_ADDRESS"  # the host address it is published on (loopback unless set)
 
@@ -94,11 +110,15 @@ def render(deployment: Deployment, role: NodeRole) -> str:
         # head turns healthy only once every rank has joined, so its --wait covers it.
         " --wait" if spec.probe else "  (headless: the head's --wait covers this node)"
     )
-    template = "compose.yaml.j2" if spec.program == "vllm" else "compose-router.yaml.j2"
+    vllm = spec.program == "vllm"
     return (
         environment()
-        .get_template(template)
+        .get_template("compose.yaml.j2")
         .render(
+            service="vllm" if vllm else "router",
+            image_notes=() if vllm else ROUTER_NOTES,
+            command_note=COMMAND_NOTES[spec.program],
+            device_note=_device_note(deployment, spec),
             image=deployment.image,
             plan=deployment,
             role_title=deployment.role_title(role),
@@ -119,11 +139,22 @@ def render(deployment: Deployment, role: NodeRole) -> str:
     )
 
 
+def _device_note(deployment: Deployment, spec: RunSpec) -> str | None:
+    """What a process with no devices to reserve is told (the router uses no GPU: nothing to say)."""
+    if spec.gpu_request or spec.devices or spec.program != "vllm":
+        return None
+    return f"{deployment.vendor.name}: no devices to reserve."
+
+
 def _image(spec: RunSpec) -> str:
+    """The image, a setting may replace; the router's is quoted (with no lock it is a setting whose message
+    holds colons, which YAML would read as a mapping)."""
     if spec.image.startswith("$"):
-        return compose_value(spec.image)
-    setting = IMAGE_SETTING if spec.program == "vllm" else ROUTER_IMAGE_SETTING
-    return f"${{{setting}:-{spec.image}}}"
+        value = compose_value(spec.image)
+    else:
+        setting = IMAGE_SETTING if spec.program == "vllm" else ROUTER_IMAGE_SETTING
+        value = f"${{{setting}:-{spec.image}}}"
+    return value if spec.program == "vllm" else json.dumps(value)
 
 
 def _group_notes(deployment: Deployment) -> list[tuple[str, str]]:

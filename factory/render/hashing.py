@@ -11,7 +11,6 @@ import hashlib
 from dataclasses import replace
 from pathlib import Path
 
-from factory.catalog.schema import Server
 from factory.plan.models import ImagePlan, ImageSpec
 from factory.render.outputs import OutputFile, image_outputs
 
@@ -27,11 +26,9 @@ def context_hash(image: ImageSpec, files: list[OutputFile]) -> str:
     return digest.hexdigest()
 
 
-def hashed_context(
-    spec: ImageSpec, server: Server, model_folder: Path | None
-) -> tuple[ImagePlan, list[OutputFile]]:
+def hashed_context(spec: ImageSpec, model_folder: Path | None) -> tuple[ImagePlan, list[OutputFile]]:
     """The image's plan with its hash, and its build context with the hash in place."""
-    draft = image_outputs(spec, PLACEHOLDER, server, model_folder)
+    draft = image_outputs(spec, PLACEHOLDER, model_folder)
     if not draft:  # an image the factory cannot build has no context: its plan stands in for one
         digest = hashlib.sha256(spec.model_dump_json().encode()).hexdigest()
         return ImagePlan(**spec.model_dump(), inputs_hash=digest), []
@@ -44,4 +41,4 @@ def hashed_context(
         )
         return image, [final if f is dockerfile else f for f in draft]
     # The placeholder also appears in the recipe's own text: render again rather than replace blindly.
-    return image, image_outputs(spec, inputs_hash, server, model_folder)
+    return image, image_outputs(spec, inputs_hash, model_folder)

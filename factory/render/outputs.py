@@ -8,7 +8,6 @@ from functools import cache
 from importlib import resources
 from pathlib import Path, PurePosixPath
 
-from factory.catalog.schema import Server
 from factory.errors import InputError
 from factory.plan.models import Deployment, ImagePlan, ImageSpec
 from factory.recipes import bundled
@@ -35,15 +34,13 @@ def image_support_file(name: str) -> bytes:
     return ((shebang + "\n" if shebang else "") + header + rest).encode()
 
 
-def image_outputs(
-    image: ImageSpec, inputs_hash: str, server: Server, model_folder: Path | None
-) -> list[OutputFile]:
+def image_outputs(image: ImageSpec, inputs_hash: str, model_folder: Path | None) -> list[OutputFile]:
     """The image's build context: Dockerfile, launcher, version check, wheels/ and any bundled model.
     None for an image the factory cannot build (no version yet, no install for its hardware)."""
     if image.install is None:
         return []
     base = image.directory
-    dockerfile = render_dockerfile(image, inputs_hash, server).encode()
+    dockerfile = render_dockerfile(image, inputs_hash).encode()
     _refuse_long_lines(dockerfile, image)
     files = [
         OutputFile(base / "Dockerfile", dockerfile),

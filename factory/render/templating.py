@@ -14,7 +14,6 @@ from functools import cache
 
 import jinja2
 
-from factory.catalog.schema import Server
 from factory.image_paths import TEMPLATE_GLOBALS
 from factory.plan.models import ImageSpec, image_labels
 
@@ -51,10 +50,10 @@ def environment() -> jinja2.Environment:
     return env
 
 
-def render_dockerfile(image: ImageSpec, inputs_hash: str, server: Server) -> str:
+def render_dockerfile(image: ImageSpec, inputs_hash: str) -> str:
     assert image.install is not None
     template = environment().get_template(f"Dockerfile.{image.install.kind}.j2")
-    return template.render(image=image, labels=image_labels(image, inputs_hash), server=server)
+    return template.render(image=image, labels=image_labels(image, inputs_hash))
 
 
 def render_bake(targets: Sequence[object], groups: dict[str, list[str]]) -> str:

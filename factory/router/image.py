@@ -9,19 +9,17 @@ from pathlib import Path, PurePosixPath
 from pydantic import BaseModel, ConfigDict
 
 from factory.plan.naming import REPOSITORY_PREFIX
+from factory.plan.runspec import HealthProbe, health_probe
 from factory.project import Project
 from factory.render.outputs import BakeTarget, OutputFile
 from factory.render.templating import environment
 from factory.router.lock import FOLDER, PACKAGE, RouterLock, lock_path, locked_text, read_router_lock
+from factory.synthesis.options import ServeOptions
 
 SLUG = "vllm-router"
 # The router's base: Debian's Python, as the CPU images use (BASE_IMAGE replaces it, as for every image).
 BASE_IMAGE = "debian:bookworm-slim"
 SYSTEM_PACKAGES = ("python3.11", "python3.11-venv", "curl", "ca-certificates")  # curl: the health check
-# vllm-router's own endpoint: it answers once the router serves (it binds only after its workers are
-# healthy), from the router itself (a worker going down later does not fail it: the router routes around it).
-HEALTH_PATH = "/health"
-PORT = 8000
 
 
 class RouterImage(BaseModel):
@@ -101,6 +99,17 @@ def router_files(project: Project) -> list[OutputFile]:
     return _files(project, image) if image is not None else []
 
 
+def router_health(project: Project) -> HealthProbe:
+    """How `docker run ROUTER-IMAGE ...` says it is ready: the router's own probe for a command that names no
+    port (vllm-router's default) and no worker wait (its default), from the catalog's router facts. Its
+    /health answers once the router serves, from the router itself (a worker going down later does not fail
+    it: the router routes around it)."""
+    catalog = project.catalog
+    probe = health_probe(catalog.server, catalog.router, "vllm-router", ServeOptions(), 0)
+    assert probe is not None  # only a headless process has none
+    return probe
+
+
 def _files(project: Project, image: RouterImage) -> list[OutputFile]:
     lock = image.lock
     dockerfile = (
@@ -112,8 +121,7 @@ def _files(project: Project, image: RouterImage) -> list[OutputFile]:
             package=PACKAGE,
             system_packages=SYSTEM_PACKAGES,
             labels=image.labels,
-            health=f"http://127.0.0.1:{PORT}{HEALTH_PATH}",
-            port=PORT,
+            health=router_health(project),
         )
     )
     folder = image.directory

@@ -61,6 +61,7 @@ class ServeOptions(BaseModel):
     host: Value | None = None  # --host (None: every interface, the server's default)
     served_names: tuple[str, ...] = ()  # the last --served-model-name's words (none: the model's name)
     headless: bool = False  # --headless: a rank that serves no API
+    worker_wait_s: int | None = None  # vllm-router's --worker-startup-timeout-secs (None: its default)
     sizes: Sizes = Sizes()
 
 
@@ -121,6 +122,7 @@ def read(args: Sequence[str]) -> ServeOptions:
         host=as_value(host[-1]) if host else None,
         served_names=tuple(values.get("--served-model-name", ())),
         headless="--headless" in values,
+        worker_wait_s=int_value(_one(values, "--worker-startup-timeout-secs")),
         sizes=Sizes(
             **{field: n for field, n in numbers.items() if n is not None and n >= 0}, unreadable=unreadable
         ),
