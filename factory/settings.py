@@ -1,4 +1,5 @@
-"""Build settings for builds behind a firewall: base-image override, pip sources, CA bundle.
+"""Build settings for builds behind a firewall: base-image override, pip sources, CA bundle, the build's
+network.
 
 Read, later winning: .factory.local.toml in the project (testbench/up writes one for its machine),
 then FACTORY_* environment variables, then command-line flags. The CA bundle and pip.conf reach
@@ -10,14 +11,18 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
+from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from factory.errors import InputError
 from factory.files import write_text_atomic
 from factory.models_base import Strict
 
 LOCAL_SETTINGS = ".factory.local.toml"
+# The network of a build's RUN steps: BuildKit's own ("default") or the build host's ("host"), for an index
+# that listens on the host's loopback. Each front end writes it in its own words (factory/build/network.py).
+Network = Literal["default", "host"]
 
 
 class BuildSettings(Strict):
@@ -39,6 +44,10 @@ class BuildSettings(Strict):
         description='replaces the catalog\'s extra index ("" for none); not for credentials: use pip_conf',
     )
     registry: str | None = Field(None, description="registry host[:port] that image names are prefixed with")
+    network: Network = Field(
+        "default",
+        description='"host": RUN steps share the build host\'s network, to reach an index on its loopback',
+    )
 
 
 ENV_NAMES = {
@@ -49,11 +58,13 @@ ENV_NAMES = {
     "find_links": "FACTORY_FIND_LINKS",
     "pip_extra_index_url": "FACTORY_PIP_EXTRA_INDEX_URL",
     "registry": "FACTORY_REGISTRY",
+    "network": "FACTORY_BUILD_NETWORK",
 }
 
 
 def load_settings(root: Path, overrides: dict[str, object] | None = None) -> BuildSettings:
     values: dict[str, object] = {}
+    origins: dict[str, tuple[Path | None, str]] = {}  # setting -> where its value was read, for errors
     path = root / LOCAL_SETTINGS
     if path.is_file():
         try:
@@ -71,11 +82,24 @@ def load_settings(root: Path, overrides: dict[str, object] | None = None) -> Bui
                 valid=BuildSettings.model_fields,
             )
         values.update(build)
+        origins.update({field: (path, f"build.{field}") for field in build})
     for field, env_name in ENV_NAMES.items():
         if env_name in os.environ:
             values[field] = os.environ[env_name]
-    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
-    settings = BuildSettings.model_validate(values)
+            origins[field] = (None, env_name)
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    values.update(given)
+    origins.update({field: (None, f"the command line's {field}") for field in given})
+    try:
+        settings = BuildSettings.model_validate(values)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        file, field = origins.get(str(first["loc"][0]), (None, str(first["loc"][0])))
+        expected = first.get("ctx", {}).get("expected")
+        valid = [c.strip(" '") for c in str(expected).replace(" or ", ",").split(",")] if expected else None
+        raise InputError(
+            first["msg"], file=file, field=field, value=first.get("input"), valid=valid
+        ) from None
     for field in ("ca_bundle", "pip_conf", "uv_env", "find_links"):
         value = getattr(settings, field)
         if value is not None and not value.exists():

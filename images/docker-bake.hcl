@@ -59,147 +59,147 @@ target "tiny-random-llama-vllm0-32-0-cpu-default" {
   context    = "images/tiny-random-llama/vllm0.32.0-cpu-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default", "${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default-d534d4473e72"]
+  tags       = ["${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default", "${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default-956ba7aa3bab"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-h100-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h100-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h100-default-26f1080973ad"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h100-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h100-default-e0f2eb2440e9"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-h200-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-h200-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h200-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h200-default-c2f848ebad07"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h200-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h200-default-161f52a00b33"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-b200-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b200-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b200-default-70eb96e8b021"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b200-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b200-default-bf55f1a7f659"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-b300-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-b300-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b300-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b300-default-b811a0f54bed"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b300-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b300-default-321cfb651815"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi300x-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-mi300x-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi300x-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi300x-default-eb6e284deca3"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi300x-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi300x-default-f47e35107ebc"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi325x-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-mi325x-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi325x-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi325x-default-e0c281756682"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi325x-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi325x-default-33b02f6b2403"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi355x-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-mi355x-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi355x-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi355x-default-fcb13ace297a"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi355x-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi355x-default-aa37f8d31165"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi350x-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-mi350x-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi350x-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi350x-default-02828b6fb169"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi350x-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi350x-default-c51e6d9b4d2d"]
 }
 
 target "stable-diffusion-3-5-vllm0-12-0-h100-default" {
   context    = "images/stable-diffusion-3.5/vllm0.12.0-h100-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-default", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-default-4596cd798b87"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-default", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-default-254222deeb96"]
 }
 
 target "stable-diffusion-3-5-vllm0-12-0-h200-default" {
   context    = "images/stable-diffusion-3.5/vllm0.12.0-h200-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-default", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-default-df29c3247dcb"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-default", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-default-b37cf06f9ed7"]
 }
 
 target "stable-diffusion-3-5-vllm0-12-0-b200-default" {
   context    = "images/stable-diffusion-3.5/vllm0.12.0-b200-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-default", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-default-545029125087"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-default", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-default-fb5f3576064d"]
 }
 
 target "stable-diffusion-3-5-vllm0-12-0-b300-default" {
   context    = "images/stable-diffusion-3.5/vllm0.12.0-b300-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-default", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-default-b12c31be6394"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-default", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-default-ef5d15b2e7b5"]
 }
 
 target "stable-diffusion-3-5-vllm0-12-0-h100-large" {
   context    = "images/stable-diffusion-3.5/vllm0.12.0-h100-large"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-large", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-large-3359a73a6a34"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-large", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-large-2c5ea847db4d"]
 }
 
 target "stable-diffusion-3-5-vllm0-12-0-h200-large" {
   context    = "images/stable-diffusion-3.5/vllm0.12.0-h200-large"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-large", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-large-d5da43c88e13"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-large", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-large-9bc2fac3d175"]
 }
 
 target "stable-diffusion-3-5-vllm0-12-0-b200-large" {
   context    = "images/stable-diffusion-3.5/vllm0.12.0-b200-large"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-large", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-large-d881e4207e93"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-large", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-large-3e6f5c27f5ac"]
 }
 
 target "stable-diffusion-3-5-vllm0-12-0-b300-large" {
   context    = "images/stable-diffusion-3.5/vllm0.12.0-b300-large"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-large", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-large-02eb4194575b"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-large", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-large-84aabdb3ad8e"]
 }
 
 target "stable-diffusion-3-5-vllm0-12-0-h100-large_turbo" {
   context    = "images/stable-diffusion-3.5/vllm0.12.0-h100-large_turbo"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-large_turbo", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-large_turbo-3cc610bef856"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-large_turbo", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-large_turbo-27fe609656c7"]
 }
 
 target "stable-diffusion-3-5-vllm0-12-0-h200-large_turbo" {
   context    = "images/stable-diffusion-3.5/vllm0.12.0-h200-large_turbo"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-large_turbo", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-large_turbo-8e710946ccb7"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-large_turbo", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-large_turbo-756e476313c9"]
 }
 
 target "stable-diffusion-3-5-vllm0-12-0-b200-large_turbo" {
   context    = "images/stable-diffusion-3.5/vllm0.12.0-b200-large_turbo"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-large_turbo", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-large_turbo-c49f9c3aeac4"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-large_turbo", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-large_turbo-64ffda9af963"]
 }
 
 target "stable-diffusion-3-5-vllm0-12-0-b300-large_turbo" {
   context    = "images/stable-diffusion-3.5/vllm0.12.0-b300-large_turbo"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-large_turbo", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-large_turbo-213ae84c0729"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-large_turbo", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-large_turbo-f0afa7e4c7c2"]
 }
 
 target "vllm-router-0-1-17" {

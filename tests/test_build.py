@@ -310,7 +310,7 @@ def test_cross_platform_build_is_refused_without_buildx(project: Project) -> Non
 
     gb200 = blueprint_of(project, KIMI, "gb200").image
     if has_buildx():
-        assert choose_backend("auto", gb200, "linux/amd64") == "bake"
+        assert choose_backend("auto", gb200, "linux/amd64", "default") == "bake"
     else:
         with pytest.raises(DockerError, match="linux/arm64"):
-            choose_backend("auto", gb200, "linux/amd64")
+            choose_backend("auto", gb200, "linux/amd64", "default")

@@ -1,16 +1,17 @@
 """Install sources as data, proved on this machine: a PEP 503 simple-repository index served here (Python's
 http.server over a folder of real wheels downloaded from PyPI) is named as an install's only index in a test
-catalog; `factory lock` resolves from it and records it as the index of every file; a real BuildKit build
-installs the locked set from it with hashes required; with the index down, the set is "not resolvable here"
-and says which index and why.
+catalog; `factory lock` resolves from it and records it as the index of every file; `factory build` builds
+the image `factory generate` wrote for that catalog and installs the locked set from it with hashes
+required; with the index down, the set is "not resolvable here" and says which index and why.
 
-The build step reaches the index with host networking (`docker build --network host`): the index listens
-on 127.0.0.1 only, so nothing outside this machine sees it, and the URL `factory lock` resolved against is
-the very URL the build step asks. Through the bridge gateway the index would have to listen on the
-docker0 address, reachable by every container, and the catalog would need a second URL for the build."""
+The index listens on 127.0.0.1 only, as a mirror on a build host would: the build reaches it through the
+`network = "host"` build setting (the project's .factory.local.toml), so the URL `factory lock` resolved
+against is the very URL the build's RUN steps ask, and nothing outside this machine sees it. In BuildKit's
+default network a RUN step has a loopback of its own, where nothing listens."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -26,9 +27,10 @@ from pathlib import Path
 import docker
 import pytest
 import yaml
+from docker.errors import ImageNotFound
 
-from factory.build.backends import docker_cli
 from factory.lock.model import canonical_name
+from factory.settings import ENV_NAMES
 from tests.conftest import ROOT, recipes_tree, run_factory
 
 pytestmark = [pytest.mark.docker, pytest.mark.index]
@@ -76,17 +78,19 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
 class LocalIndex:
     """python -m http.server over a simple repository on 127.0.0.1; the fixture that starts it stops it."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, access_log: Path) -> None:
         self.root = root
+        self.access_log = access_log  # http.server's log: one line per request, with its status
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/simple"
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         command = [sys.executable, "-m", "http.server", str(self.port), "--bind", "127.0.0.1"]
-        self.process = subprocess.Popen(
-            [*command, "--directory", str(self.root)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
+        with self.access_log.open("ab") as log:
+            self.process = subprocess.Popen(
+                [*command, "--directory", str(self.root)], stdout=subprocess.DEVNULL, stderr=log
+            )
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             with socket.socket() as probe:
@@ -105,7 +109,7 @@ class LocalIndex:
 @pytest.fixture
 def local_index(wheels: Path, tmp_path: Path) -> Iterator[LocalIndex]:
     simple_repository(wheels, tmp_path / "index")
-    index = LocalIndex(tmp_path / "index")
+    index = LocalIndex(tmp_path / "index", tmp_path / "index-access.log")
     index.start()
     try:
         yield index
@@ -133,10 +137,10 @@ def write_catalog(root: Path, index_url: str, package: str = PACKAGE) -> None:
     (root / "catalog" / "hardware.yaml").write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
 
 
-def small_cpu_recipe() -> dict[str, object]:
+def small_cpu_recipe(slug: str = "small") -> dict[str, object]:
     """A recipe for the CPU target only, whose floor the package's releases satisfy."""
     return {
-        "meta": {"title": "Small", "slug": "small", "hardware": {"cpu": "verified"}},
+        "meta": {"title": "Small", "slug": slug, "hardware": {"cpu": "verified"}},
         "model": {
             "model_id": "acme/Small",
             "min_vllm_version": "2.0",
@@ -155,20 +159,47 @@ def lock_of(out: Path) -> dict[str, object]:
     return dict(json.loads((out / "lock" / "vllm.lock.json").read_text(encoding="utf-8")))
 
 
-def test_lock_resolves_from_a_local_index_records_it_and_a_build_installs_from_it_with_hashes(
+def write_machine_settings(project: Path) -> None:
+    """The project's .factory.local.toml, as a user with a mirror on the build host writes it: the local
+    base image, the TLS proxy's CA bundle (pip fetches uv from the machine's default index), the host
+    network."""
+    lines = ["[build]", f'base_image = "{BASE}"', 'network = "host"']
+    bundle = os.environ.get("PIP_CERT") or os.environ.get("SSL_CERT_FILE")
+    if bundle and Path(bundle).is_file():
+        lines.append(f'ca_bundle = "{bundle}"')
+    (project / ".factory.local.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def fetched(access_log: str, wheel: Path) -> bool:
+    """Whether the index served this wheel (http.server logs `"GET /simple/<name>/<file> HTTP/1.1" 200`)."""
+    return f'"GET /simple/{wheel.parent.name}/{wheel.name} HTTP/1.1" 200' in access_log
+
+
+# Every distribution in the image's venv, by its normalized name (PEP 503), with its version.
+INSTALLED = (
+    "import importlib.metadata as m, json, re; print(json.dumps("
+    "{re.sub(r'[-_.]+', '-', d.metadata['Name']).lower(): d.version for d in m.distributions()}))"
+)
+
+
+def test_lock_resolves_from_a_local_index_records_it_and_factory_build_installs_from_it_with_hashes(
     local_index: LocalIndex, tmp_path: Path, docker_client: docker.DockerClient
 ) -> None:
     project = tmp_path / "project"
     write_catalog(project, local_index.url)
-    tree = recipes_tree(tmp_path / "tree", {"acme/Small": small_cpu_recipe()})
+    write_machine_settings(project)
+    slug = f"local-index-{uuid.uuid4().hex[:8]}"  # its own image name: the test moves no tag anyone uses
+    tree = recipes_tree(tmp_path / "tree", {"acme/Small": small_cpu_recipe(slug)})
     out = tmp_path / "out"
-    env = {"FACTORY_FIND_LINKS": "", "FACTORY_PIP_EXTRA_INDEX_URL": ""}
-    env = {k: v for k, v in os.environ.items() if k not in env}  # the catalog alone names the index
-    locked = subprocess.run(
-        [sys.executable, "-m", "factory", "--root", str(project), "lock", "--recipes", str(tree), "--out",
-         str(out)],
-        capture_output=True, text=True, env=env, check=False, timeout=600,
-    )  # fmt: skip
+    # The catalog and the project's settings alone name the index and the network.
+    env = {k: v for k, v in os.environ.items() if k not in ENV_NAMES.values()}
+    where = ["--recipes", str(tree), "--out", str(out)]
+
+    def factory(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "factory", "--root", str(project), *args, *where]
+        return subprocess.run(command, capture_output=True, text=True, env=env, check=False, timeout=900)
+
+    locked = factory("lock")
     assert locked.returncode == 0, locked.stderr
     lock = lock_of(out)
     release = lock["releases"]["acme/Small"]["default"]["cpu-pypi"]  # type: ignore[index]
@@ -176,38 +207,45 @@ def test_lock_resolves_from_a_local_index_records_it_and_a_build_installs_from_i
     key = f"{PACKAGE}-{VERSION}-cpu-amd64-py3.11"
     locked_set = lock["sets"][key]  # type: ignore[index]
     assert locked_set["indexes"] == {"local": local_index.url}
-    wheels = {canonical_name(p.name.split("-")[0]) for p in (local_index.root / "simple").glob("*/*.whl")}
-    assert locked_set["served"] == dict.fromkeys(sorted(wheels), "local"), "every file, served by the index"
+    wheels = sorted((local_index.root / "simple").glob("*/*.whl"))
+    assert locked_set["served"] == {w.parent.name: "local" for w in wheels}, "every file, served by the index"
     requirements = (out / "lock" / locked_set["requirements"]).read_text(encoding="utf-8")
     assert requirements.count("--hash=sha256:") >= len(wheels)
+    pins = {  # package -> the locked version, from the requirements file `factory lock` wrote
+        canonical_name(line.split("==")[0]): line.split("==")[1].split()[0]
+        for line in requirements.splitlines()
+        if "==" in line and not line.startswith((" ", "#"))
+    }
+    assert len(pins) == len(wheels)
 
-    # A real BuildKit build installs exactly that set from the index, hashes required, no resolving.
-    context = tmp_path / "context"
-    context.mkdir()
-    (context / "requirements.txt").write_text(requirements, encoding="utf-8")
-    (context / "Dockerfile").write_text(
-        f"FROM {BASE}\n"
-        "COPY requirements.txt /tmp/requirements.txt\n"
-        "ARG INDEX_URL\n"
-        "RUN python3 -m venv /opt/venv && /opt/venv/bin/pip install --no-cache-dir --isolated"
-        ' --require-hashes --no-deps --index-url "${INDEX_URL}" -r /tmp/requirements.txt\n'
-        f'RUN /opt/venv/bin/python -c "import {PACKAGE}; print({PACKAGE}.__version__)" > /version\n',
-        encoding="utf-8",
-    )
-    tag = f"factory-test/local-index:{uuid.uuid4().hex[:12]}"
-    build = [docker_cli(), "build", "--network", "host", "--progress", "plain", "--build-arg"]
-    build += [f"INDEX_URL={local_index.url}", "--label", f"{TEST_LABEL}=local-index", "-t", tag, str(context)]
+    # `factory build` builds what `factory generate` wrote for this catalog: the real Dockerfile, its
+    # context, the three hash-checked install steps; the RUN steps reach the index on the host network.
+    generated = factory("generate")
+    assert generated.returncode == 0, generated.stderr
+    before = local_index.access_log.stat().st_size
+    report = tmp_path / "build.json"
+    built = factory("build", "acme/Small", "--hardware", "cpu", "--report", str(report))
+    results = json.loads(report.read_text(encoding="utf-8")) if report.exists() else []
+    tags = [tag for result in results for tag in result["tags"]]
     try:
-        built = subprocess.run(
-            build, capture_output=True, text=True, env={**os.environ, "DOCKER_BUILDKIT": "1"}, timeout=600
-        )
         assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
-        log = built.stdout + built.stderr
-        assert f"{local_index.url}/{PACKAGE}/{PACKAGE}-{VERSION}-py3-none-any.whl" in log, "from the index"
-        version = docker_client.containers.run(tag, ["cat", "/version"], remove=True).decode().strip()
-        assert version == VERSION
+        assert [result["network"] for result in results] == ["host"]
+        assert "on the host network" in built.stdout, "the summary says so"
+        served = local_index.access_log.read_bytes()[before:].decode(errors="replace")
+        assert all(fetched(served, wheel) for wheel in wheels), f"the build fetched every file:\n{served}"
+        installed = docker_client.containers.run(
+            tags[0], ["-c", INSTALLED], entrypoint="/opt/vllm/bin/python", remove=True,
+            labels={TEST_LABEL: "local-index"},
+        )  # fmt: skip
+        venv = json.loads(installed)
+        assert venv[PACKAGE] == VERSION
+        # The locked set and nothing else, beside what `python -m venv` puts in every venv.
+        assert {name: venv[name] for name in pins if name in venv} == pins
+        assert set(venv) - set(pins) <= {"pip", "setuptools"}, sorted(venv)
     finally:
-        subprocess.run([docker_cli(), "image", "rm", "-f", tag], capture_output=True, check=False)
+        for tag in tags:
+            with contextlib.suppress(ImageNotFound):
+                docker_client.images.remove(tag, noprune=False)
 
     # The index down, and the set needed again (a lock that never had it): the release is kept (the recipe
     # asks the same), the set is "not resolvable here", naming the index, its URL and why.

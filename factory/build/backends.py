@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import IO
 
 import yaml
+from packaging.version import InvalidVersion, Version
 
+from factory.build import network
 from factory.build.context import StagedContext
 from factory.build.progress import BuildLog
 from factory.errors import DockerError
@@ -37,14 +39,32 @@ def compose_command() -> list[str]:
 
 
 def has_buildx() -> bool:
-    return _succeeds([docker_cli(), "buildx", "version"])
+    return buildx_version() is not None
 
 
-def _succeeds(command: Sequence[str]) -> bool:
+def buildx_version() -> Version | None:
+    """The buildx plugin's release, None without the plugin."""
+    answer = _output([docker_cli(), "buildx", "version"])
+    return None if answer is None else buildx_release(answer)
+
+
+def buildx_release(answer: str) -> Version:
+    """The release in `docker buildx version`'s answer (`github.com/docker/buildx v0.17.1 8c2d0b3`); one it
+    does not print readably counts as 0, the oldest (a feature checked against it is then refused)."""
+    words = answer.split()
     try:
-        return subprocess.run(command, capture_output=True, timeout=30, check=False).returncode == 0
+        return Version(words[1].lstrip("v").split("-")[0])
+    except (IndexError, InvalidVersion):
+        return Version("0")
+
+
+def _output(command: Sequence[str]) -> str | None:
+    """What the command printed, None when it failed or did not run."""
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired):
-        return False
+        return None
+    return done.stdout if done.returncode == 0 else None
 
 
 def compose_build_file(staged: StagedContext, tag: str) -> dict[str, object]:
@@ -58,6 +78,7 @@ def compose_build_file(staged: StagedContext, tag: str) -> dict[str, object]:
                     "dockerfile": "Dockerfile",
                     "args": staged.build_args,
                     "secrets": sorted(staged.secrets),
+                    **network.compose_build_fields(staged.network),
                 },
             }
         },
@@ -79,6 +100,7 @@ def bake_file(staged: StagedContext, tag: str, platform: str) -> dict[str, objec
                 "tags": [tag],
                 "platforms": [platform],
                 "output": ["type=docker"],
+                **network.bake_target_fields(staged.network),
             }
         },
     }
@@ -106,6 +128,21 @@ def _lines(stream: IO[str]) -> Iterator[str | None]:
         yield line
 
 
+def build_command(staged: StagedContext, tag: str, backend: str, no_cache: bool = False) -> list[str]:
+    """Write the backend's build file beside the staged context; the command that builds from it."""
+    workdir = staged.directory.parent
+    if backend == "bake":
+        spec = workdir / f"{staged.image.tag}.bake.json"
+        spec.write_text(json.dumps(bake_file(staged, tag, staged.image.platform), indent=2), encoding="utf-8")
+        command = [docker_cli(), "buildx", "bake", "--progress", "plain", "-f", str(spec)]
+        command += network.bake_flags(staged.network)
+    else:
+        spec = workdir / f"{staged.image.tag}.compose.yaml"
+        spec.write_text(yaml.safe_dump(compose_build_file(staged, tag)), encoding="utf-8")
+        command = [*compose_command(), "-f", str(spec), "--progress", "plain", "build"]
+    return command + (["--no-cache"] if no_cache else [])
+
+
 def run_build(
     staged: StagedContext,
     tag: str,
@@ -115,17 +152,7 @@ def run_build(
     progress: BuildProgress | None = None,
 ) -> BuildLog:
     """Build `staged` into `tag`; raise DockerError with the failing step's log when it fails."""
-    workdir = staged.directory.parent
-    if backend == "bake":
-        spec = workdir / f"{staged.image.tag}.bake.json"
-        spec.write_text(json.dumps(bake_file(staged, tag, staged.image.platform), indent=2), encoding="utf-8")
-        command = [docker_cli(), "buildx", "bake", "--progress", "plain", "-f", str(spec)]
-        command += ["--no-cache"] if no_cache else []
-    else:
-        spec = workdir / f"{staged.image.tag}.compose.yaml"
-        spec.write_text(yaml.safe_dump(compose_build_file(staged, tag)), encoding="utf-8")
-        command = [*compose_command(), "-f", str(spec), "--progress", "plain", "build"]
-        command += ["--no-cache"] if no_cache else []
+    command = build_command(staged, tag, backend, no_cache)
     env = {**os.environ, "DOCKER_BUILDKIT": "1", "BUILDKIT_PROGRESS": "plain"}
     log = BuildLog()
     with subprocess.Popen(

@@ -18,7 +18,8 @@ import docker
 from docker.errors import ImageNotFound
 
 from factory.blueprint import Blueprint
-from factory.build.backends import has_buildx, run_build
+from factory.build import network
+from factory.build.backends import buildx_version, run_build
 from factory.build.context import BuildTarget, StagedContext, check_generated, stage
 from factory.build.progress import BuildLog
 from factory.engine import connect, engine_facts
@@ -26,7 +27,7 @@ from factory.errors import DockerError
 from factory.files import write_text_atomic
 from factory.live import BuildProgress
 from factory.reporter import Reporter, silent
-from factory.settings import BuildSettings
+from factory.settings import BuildSettings, Network
 
 
 @dataclass(frozen=True)
@@ -40,15 +41,20 @@ class BuildResult:
     total_steps: int
     base_image: str
     backend: str
+    network: str  # the RUN steps' network: "default" (BuildKit's own) or "host"
     platform: str
     inputs_hash: str
 
 
-def choose_backend(requested: str, image: BuildTarget, engine_platform: str) -> str:
-    buildx = has_buildx() if requested in ("auto", "bake") else False
-    if requested == "bake" and not buildx:
+def choose_backend(requested: str, image: BuildTarget, engine_platform: str, build_network: Network) -> str:
+    """The BuildKit front end for this build: bake where buildx is, else Compose; refused where the one
+    chosen cannot build it (another platform, the build network)."""
+    asked = requested in ("auto", "bake") or build_network != network.DEFAULT
+    buildx = buildx_version() if asked else None
+    if requested == "bake" and buildx is None:
         raise DockerError("--backend bake needs the docker buildx plugin, which this machine lacks")
-    backend = "bake" if buildx and requested != "compose" else "compose"
+    backend = "bake" if buildx is not None and requested != "compose" else "compose"
+    network.check_backend(build_network, backend, buildx)
     if image.platform != engine_platform and backend != "bake":
         raise DockerError(
             f"{image.reference} is {image.platform}, this engine builds {engine_platform}; a cross-platform "
@@ -74,7 +80,7 @@ def build_image(
     facts = engine_facts(client)
     gpu = "NVIDIA runtime" if facts.has_nvidia_runtime else "no GPU runtime"
     report(f"engine {facts.version} (API {facts.api_version}), {facts.platform}, {gpu}")
-    chosen = choose_backend(backend, image, facts.platform)
+    chosen = choose_backend(backend, image, facts.platform, settings.network)
     temporary = f"factory-build-tmp/{image.slug}:{uuid.uuid4().hex[:12]}"
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="factory-build-") as workdir:
@@ -124,6 +130,7 @@ def tag_built(
         total_steps=log.total_steps,
         base_image=staged.base_image,
         backend=backend,
+        network=staged.network,
         platform=image.platform,
         inputs_hash=image.inputs_hash,
     )
@@ -148,8 +155,9 @@ def write_report(results: list[BuildResult], path: Path) -> None:
 
 
 def summary(result: BuildResult) -> str:
+    on = "" if result.network == network.DEFAULT else f" on the {result.network} network"
     return (
-        f"built {result.image} ({result.platform}) in {result.duration_s:.1f} s with {result.backend}: "
+        f"built {result.image} ({result.platform}) in {result.duration_s:.1f} s with {result.backend}{on}: "
         f"{result.cached_steps}/{result.total_steps} steps cached, {result.size_bytes / 1e9:.2f} GB, "
         f"{result.image_id[:19]}\n  tags: {', '.join(result.tags)}"
     )

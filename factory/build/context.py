@@ -11,7 +11,7 @@ from typing import Protocol
 from factory.blueprint import Blueprint
 from factory.errors import InputError
 from factory.plan.models import ImagePlan
-from factory.settings import BuildSettings
+from factory.settings import BuildSettings, Network
 
 
 class BuildTarget(Protocol):
@@ -36,6 +36,7 @@ class StagedContext:
     build_args: dict[str, str]  # never secrets: they are visible in the image's history
     secrets: dict[str, Path]  # id -> file; mounted only during RUN steps, never stored
     base_image: str
+    network: Network  # the RUN steps' network: every backend writes it, or refuses (build/network.py)
 
 
 def check_generated(root: Path, blueprint: Blueprint) -> None:
@@ -63,7 +64,8 @@ def stage(root: Path, image: ImagePlan, settings: BuildSettings, workdir: Path) 
         build_args["BASE_IMAGE"] = settings.base_image
     if settings.pip_extra_index_url is not None:
         build_args["PIP_EXTRA_INDEX_URL"] = settings.pip_extra_index_url
-    return StagedContext(image, directory, build_args, stage_secrets(settings, workdir, image.tag), base)
+    secrets = stage_secrets(settings, workdir, image.tag)
+    return StagedContext(image, directory, build_args, secrets, base, settings.network)
 
 
 def stage_secrets(settings: BuildSettings, workdir: Path, name: str) -> dict[str, Path]:

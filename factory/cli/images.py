@@ -48,15 +48,20 @@ def _selected(project: Project, args: argparse.Namespace) -> list[Blueprint]:
     return select(project, model, args.hardware, args.variant)
 
 
+def _build_flags(args: argparse.Namespace) -> dict[str, object]:
+    """The build settings given on the command line (they win over the settings file and FACTORY_*)."""
+    return {"base_image": args.base_image, "network": args.build_network}
+
+
 def cmd_build(project: Project, args: argparse.Namespace) -> int:
     from factory.build.builder import build_image, summary, write_report
     from factory.settings import load_settings
 
-    settings = load_settings(project.root, {"base_image": args.base_image})
+    settings = load_settings(project.root, _build_flags(args))
     results = []
     for blueprint in _selected(project, args):
         result = build_image(
-            project.root,
+            project.out,
             blueprint,
             settings,
             backend=args.backend,
@@ -77,7 +82,7 @@ def cmd_build_router(project: Project, args: argparse.Namespace) -> int:
     from factory.router.build import build_router
     from factory.settings import load_settings
 
-    settings = load_settings(project.root, {"base_image": args.base_image})
+    settings = load_settings(project.root, _build_flags(args))
     result = build_router(project, settings, backend=args.backend, echo=args.verbose, report=say)
     say(summary(result))
     write_report([result], args.report)

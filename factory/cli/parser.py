@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from factory.cli.files import (
     cmd_conformance,
@@ -25,6 +25,7 @@ from factory.cli.images import (
     cmd_sbom,
     cmd_validate,
 )
+from factory.settings import Network
 
 DESCRIPTION = (
     "The `factory` command: parses arguments, calls the package, prints what it returns. It decides nothing."
@@ -166,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_target_args(build)
     build.add_argument("--base-image", help="build on this image instead of the target's base (a mirror)")
     build.add_argument("--backend", choices=["auto", "compose", "bake"], default="auto")
+    _add_network_arg(build)
     build.add_argument("--report", type=Path, default=Path("reports/build.json"))
     build.add_argument("-v", "--verbose", action="store_true", help="print BuildKit's output as it comes")
     build.set_defaults(func=cmd_build)
@@ -173,6 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     router = sub.add_parser("build-router", help="build (and tag) the PD router's image, via BuildKit")
     router.add_argument("--base-image", help="build on this image instead of its base (a mirror)")
     router.add_argument("--backend", choices=["auto", "compose", "bake"], default="auto")
+    _add_network_arg(router)
     router.add_argument("--report", type=Path, default=Path("reports/build-router.json"))
     router.add_argument("-v", "--verbose", action="store_true", help="print BuildKit's output as it comes")
     router.set_defaults(func=cmd_build_router)
@@ -232,6 +235,15 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--output", type=Path, required=True)
     bench.set_defaults(func=cmd_testbench_settings)
     return parser
+
+
+def _add_network_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--build-network",
+        choices=get_args(Network),
+        help="the network of the build's RUN steps; host: the build host's, for a package index on its "
+        "loopback (default: the network setting, else BuildKit's own)",
+    )
 
 
 def _add_target_args(parser: argparse.ArgumentParser) -> None:

