@@ -205,7 +205,7 @@ def remember(plan: RecipePlan, inputs: str, files: list[OutputFile]) -> Remember
             findings.setdefault(str(finding), []).append(f"{blueprint.image.slug}:{blueprint.image.tag}")
     return Remembered(
         inputs=inputs,
-        files={file.path.as_posix(): (digest_of(file.content), file.executable) for file in files},
+        files={file.path.as_posix(): (digest_of(file.chunks()), file.executable) for file in files},
         bake=[BakeTarget.of(bp.image) for bp in plan.images if bp.image.install is not None],
         images=len(plan.images),
         deployments=sum(len(blueprint.deployments) for blueprint in plan.images),

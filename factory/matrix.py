@@ -18,7 +18,8 @@ import docker
 from docker.errors import DockerException
 
 from factory.blueprint import Blueprint, Blueprints
-from factory.matrix_kubernetes import KINDS, KubernetesCell, kubernetes_cell
+from factory.manifest_records import read_records
+from factory.matrix_kubernetes import KubernetesCell, kubernetes_cell
 from factory.plan.models import ImagePlan
 from factory.render.templating import environment
 from factory.reporter import Reporter, silent
@@ -55,7 +56,7 @@ class Matrix:
     hardware: list[str]
     rows: dict[str, dict[str, Cell]] = field(default_factory=dict)  # "model (variant)" -> hardware -> cell
     kubernetes: dict[str, KubernetesCell] = field(default_factory=dict)  # the manifests column, per row
-    kubernetes_checks: dict[str, str] = field(default_factory=dict)  # what CI checks, by Kubernetes kind
+    kubernetes_records: list[str] = field(default_factory=list)  # the manifest check records read, cited
 
     def counts(self) -> dict[str, int]:
         found = [cell.level for row in self.rows.values() for cell in row.values()]
@@ -103,12 +104,11 @@ def coverage(
     client: docker.DockerClient | None,
     lint: Callable[[Path], str | None],
     report: Reporter = silent,
-    kubernetes_checks: dict[str, str] | None = None,
 ) -> Matrix:
-    """`kubernetes_checks`: what CI checks on this tree's manifests, per deploy type (matrix_kubernetes)."""
+    """`reports`: the validation reports, and the records of test runs that checked manifests."""
     hardware: list[str] = []
-    checks = kubernetes_checks or {}
-    matrix = Matrix(hardware, kubernetes_checks={KINDS[kind]: text for kind, text in checks.items()})
+    records = read_records(reports)
+    matrix = Matrix(hardware, kubernetes_records=[record.cite() for record in records])
     by_row: dict[str, list[Blueprint]] = {}
     total, done = len(blueprints.images), 0
     images = engine_images(client)
@@ -132,7 +132,7 @@ def coverage(
             done += 1
             if done % 250 == 0 or done == total:
                 report(f"matrix: {done}/{total} images")
-    matrix.kubernetes = {row: kubernetes_cell(found, root, checks) for row, found in by_row.items()}
+    matrix.kubernetes = {row: kubernetes_cell(found, root, records) for row, found in by_row.items()}
     return matrix
 
 

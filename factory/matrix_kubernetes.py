@@ -1,91 +1,98 @@
 """The matrix's Kubernetes column: per row, whether each deployment's manifests were generated (and are
-current on disk) and which checks CI runs on them.
+current on disk), and whether a recorded test run checked exactly those bytes (factory/manifest_records.py).
 
-A claim is made only where a test makes it, for the tree it makes it on: tests/test_kubernetes.py checks
-the project's committed manifests (every object against each Kubernetes release claimed, every LWS against
-the CRD of each LWS release vendored and the webhook's rules, every kustomization rendered, every pod's
-command against its compose file); with FACTORY_UPSTREAM_RECIPES it checks the upstream corpus, fewer
-ways (the minimum LWS release and the newest Kubernetes one, argv parity, no kustomize). Any other tree's
-manifests are generated but checked by no test, and the column says so.
+"checked" is never inferred from which tree the manifests belong to: the tests that check manifests
+(tests/test_kubernetes.py offline, tests/test_control_plane.py on a control plane) record the digest of
+each deployment folder they checked, and a deployment is checked here when a passed record holds the
+digest of its files now. A record of other bytes for the folder means they changed since; no record at
+all, that no test run is recorded for them.
 """
 
 from __future__ import annotations
 
-import os
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from factory.blueprint import Blueprint
-from factory.project import Project
+from factory.manifest_records import ManifestCheckRecord, folder_digest
+from factory.plan.models import Deployment
 from factory.render import kubernetes
+from factory.render.outputs import OutputFile
 from factory.writer import difference
 
-# The newest LWS release whose CRD the tests vendor (tests/data/lws/); kubernetes.MIN_LWS is the oldest.
-# A test holds both ends to the releases tests/kubernetes_checks.py validates against.
-NEWEST_LWS = "v0.10.0"
-CORPUS_VARIABLE = "FACTORY_UPSTREAM_RECIPES"  # the tree the corpus tests check, where CI has it
-# What tests/kubernetes_checks.address_problems holds prefill/decode manifests to, beyond the rest.
-PD = "the router on stable pool names, every process on its pod address"
 KINDS = {"single_node": "Deployment", "multi_node": "LeaderWorkerSet", "pd_cluster": "prefill/decode"}
-
-
-def _project_checks() -> dict[str, str]:
-    first, last = kubernetes.KUBERNETES_VERSIONS
-    common = f"Kubernetes {first} to {last} strict, kubectl kustomize, argv parity with compose"
-    lws = f"LWS {kubernetes.MIN_LWS} to {NEWEST_LWS} CRD strict and webhook rules"
-    return {"single_node": common, "multi_node": f"{lws}, {common}", "pd_cluster": f"{lws}, {common}, {PD}"}
-
-
-def _corpus_checks() -> dict[str, str]:
-    common = f"Kubernetes {kubernetes.KUBERNETES_VERSIONS[-1]} strict, argv parity with compose"
-    lws = f"LWS {kubernetes.MIN_LWS} CRD strict and webhook rules"
-    return {"single_node": common, "multi_node": f"{lws}, {common}", "pd_cluster": f"{lws}, {common}, {PD}"}
-
-
-def ci_checks(project: Project) -> dict[str, str]:
-    """What CI checks on this tree's manifests, per deploy type (empty: a tree no test checks)."""
-    tree = project.tree.root.resolve()
-    if tree == (project.root / "recipes").resolve():
-        return _project_checks()
-    corpus = os.environ.get(CORPUS_VARIABLE)
-    if corpus and Path(corpus).resolve() == tree:
-        return _corpus_checks()
-    return {}
+# A deployment's state, in the order the cell names them.
+STATES = {
+    "checked": "checked",
+    "failed": "generated, a recorded check failed",
+    "changed": "generated, checked before it changed",
+    "unrecorded": "generated, no test run recorded",
+}
 
 
 @dataclass(frozen=True)
 class KubernetesCell:
     text: str  # what the table shows
-    detail: str  # the tooltip: the checks, per kind of object, and what is missing
+    detail: str  # the tooltip: the records behind it (check, result, date, run), and what is missing
 
 
-def kubernetes_cell(blueprints: list[Blueprint], out: Path, checks: dict[str, str]) -> KubernetesCell:
+@dataclass(frozen=True)
+class _Judged:
+    state: str
+    cited: tuple[int, ...]  # the records that decided it, by their place in the list (newest first)
+
+
+def _judge(folder: PurePosixPath, digest: str, records: Sequence[ManifestCheckRecord]) -> _Judged:
+    key = folder.as_posix()
+    same = [n for n, record in enumerate(records) if record.folders.get(key) == digest]
+    failed = tuple(n for n in same if records[n].result == "failed")
+    if failed:
+        return _Judged("failed", failed)
+    if same:
+        return _Judged("checked", tuple(same))
+    before = tuple(n for n, record in enumerate(records) if key in record.folders)
+    return _Judged("changed", before[:1]) if before else _Judged("unrecorded", ())
+
+
+def _current(out: Path, files: list[OutputFile]) -> bool:
+    return all(difference(out / file.path, file) is None for file in files)
+
+
+def _digest(files: list[OutputFile]) -> str:
+    """The digest of the folder's files as generated: the bytes on disk, once _current said they are."""
+    return folder_digest({file.path.name: file.content for file in files})
+
+
+def kubernetes_cell(
+    blueprints: list[Blueprint], out: Path, records: Sequence[ManifestCheckRecord]
+) -> KubernetesCell:
     """The column for one row (a model's variant on every hardware it was planned for)."""
-    current: Counter[str] = Counter()
+    counts: dict[str, Counter[str]] = {state: Counter() for state in STATES}
+    cited: dict[str, dict[int, list[str]]] = {state: {} for state in STATES}  # record -> its folders
     stale: list[str] = []
     waiting = 0
     for blueprint in blueprints:
-        files = {file.path: file for file in blueprint.k8s_files}
         for deployment in blueprint.deployments:
             if not kubernetes.deployable(deployment):
                 waiting += 1
                 continue
             folder = kubernetes.directory(deployment)
-            mine = [file for path, file in files.items() if path.parent == folder]
-            if any(difference(out / file.path, file) is not None for file in mine):
+            mine = [file for file in blueprint.k8s_files if file.path.parent == folder]
+            if not _current(out, mine):
                 stale.append(folder.as_posix())
-            else:
-                current[deployment.deploy_type] += 1
-    if not (current or stale or waiting):
+                continue
+            judged = _judge(folder, _digest(mine), records)
+            counts[judged.state][_kind(deployment)] += 1
+            for n in judged.cited:
+                cited[judged.state].setdefault(n, []).append(folder.as_posix())
+    if not (any(counts.values()) or stale or waiting):
         return KubernetesCell("", "no deployment planned")
-    kinds = [kind for kind in KINDS if kind in current]  # one-node first, as the table's legend
-    counts = ", ".join(f"{current[kind]} {KINDS[kind]}" for kind in kinds)
-    checked = bool(current) and all(kind in checks for kind in current)
-    parts = [f"{'checked' if checked else 'generated, no test checks them'}: {counts}"] if current else []
+    parts = [f"{STATES[state]}: {_counted(counts[state])}" for state in STATES if counts[state]]
     parts += [f"{len(stale)} stale or missing"] if stale else []
     parts += [f"{waiting} prefill/decode: no manifest, the router is not locked"] if waiting else []
-    detail = [f"{KINDS[kind]}: {checks.get(kind, 'no test checks them')}" for kind in kinds]
+    detail = [line for state in STATES for line in _cited(state, counts[state], cited[state], records)]
     detail += [f"stale or missing (run `factory generate`): {', '.join(sorted(stale))}"] if stale else []
     detail += (
         ["prefill/decode: no manifest until `factory lock` locks the router (a pod needs its image)"]
@@ -93,3 +100,28 @@ def kubernetes_cell(blueprints: list[Blueprint], out: Path, checks: dict[str, st
         else []
     )
     return KubernetesCell("; ".join(parts), "\n".join(detail))
+
+
+def _kind(deployment: Deployment) -> str:
+    return KINDS[deployment.deploy_type]
+
+
+def _counted(counts: Counter[str]) -> str:
+    """ "2 Deployment, 1 LeaderWorkerSet": one-node first, as the table's legend."""
+    return ", ".join(f"{counts[kind]} {kind}" for kind in KINDS.values() if counts[kind])
+
+
+def _cited(
+    state: str, counts: Counter[str], cited: dict[int, list[str]], records: Sequence[ManifestCheckRecord]
+) -> list[str]:
+    """The tooltip's lines for one state: each record behind it, with the folders it decided."""
+    if not counts:
+        return []
+    if state == "unrecorded":
+        return [f"{STATES[state]} for {_counted(counts)}: no record in the reports folder holds these bytes"]
+    if state == "changed":
+        return [
+            f"{STATES[state]}: {', '.join(sorted(folders))} (last recorded: {records[n].cite()})"
+            for n, folders in cited.items()
+        ]
+    return [f"{STATES[state]} ({len(folders)} of them): {records[n].cite()}" for n, folders in cited.items()]

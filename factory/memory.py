@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -34,6 +35,7 @@ from factory.render.outputs import BakeTarget
 
 CACHE = Path(".factory-cache") / "generate.json"
 RACY_NS = 100_000_000  # 100 ms: well above the file system clock's tick (1-10 ms on Linux)
+CHUNK = 2**20  # a file read back to hash it is read in chunks of this: it may be a bundled model file
 
 Stamp = tuple[int, int, int, int]  # inode, size, modification and change time (ns)
 
@@ -51,8 +53,12 @@ class Remembered:
     stamped_ns: int = 0  # when those stamps were taken (just before)
 
 
-def digest_of(content: bytes) -> str:
-    return hashlib.sha256(content).hexdigest()
+def digest_of(chunks: Iterable[bytes]) -> str:
+    """The sha256 of a file's bytes, given in chunks (a bundled model file is never held whole)."""
+    digest = hashlib.sha256()
+    for chunk in chunks:
+        digest.update(chunk)
+    return digest.hexdigest()
 
 
 def shared_inputs(project: Project, nodes: int | None) -> str:
@@ -114,7 +120,7 @@ def intact(out: Path, entry: Remembered) -> Remembered | None:
             trusted = entry.stamps.get(path) == stamp and status.st_ctime_ns < entry.stamped_ns - RACY_NS
             if not trusted:
                 with open(full, "rb") as handle:
-                    if digest_of(handle.read()) != expected:
+                    if digest_of(iter(lambda: handle.read(CHUNK), b"")) != expected:
                         return None
         except OSError:
             return None

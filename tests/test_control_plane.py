@@ -29,6 +29,7 @@ from tests.cluster import (
     wait_reconciled,
 )
 from tests.conftest import KIMI, ROOT, kubectl, missing_tool, run_factory
+from tests.manifest_records import on_disk, recording
 from tests.test_kubernetes import _deployments as every_deployment
 
 STATE = Path(os.environ.get("FACTORY_TESTBENCH_STATE", "/var/lib/factory-testbench"))
@@ -63,8 +64,15 @@ def _nodes_for(plane: ControlPlane, prefix: str, documents: Sequence[Mapping[str
         plane.add_gpu_nodes(f"{prefix}-{arch}", nodes_wanted(documents, arch) + 1, arch)
 
 
+def _lws_release() -> str:
+    """The LWS release the control plane runs: the one its Go module pins."""
+    pinned = (ROOT / "testbench" / "go" / "lws" / "go.mod").read_text()
+    lines = [line.split() for line in pinned.splitlines()]
+    return next(words[1] for words in lines if words[:1] == ["sigs.k8s.io/lws"])
+
+
 def test_every_project_kustomization_reconciles_and_a_second_apply_changes_nothing(
-    project: Project, plane: ControlPlane
+    project: Project, plane: ControlPlane, request: pytest.FixtureRequest
 ) -> None:
     """Every LeaderWorkerSet gets its StatefulSets, its own headless Service and every pod (LWS_* set by
     its webhook, on a node with the GPUs asked for); every Deployment its pod; every Service a ready
@@ -80,20 +88,25 @@ def test_every_project_kustomization_reconciles_and_a_second_apply_changes_nothi
     assert len(named) == len(set(named)), "two deployments print an object of the same name"
     _nodes_for(plane, "project", everything)
     namespace = plane.namespace("project")
-    for folder in folders:
-        _apply_k(plane, folder, namespace)
-    left = wait_reconciled(plane, namespace, applied)
-    assert not left, "\n".join(left[:20])
-    groups = sum(doc["kind"] == "LeaderWorkerSet" for doc in everything)
-    print(
-        f"Kubernetes {version(plane)}: {len(folders)} kustomizations, {len(everything)} objects applied, "
-        f"{groups} LeaderWorkerSets, {pods_wanted(everything)} pods reconciled"
+    check = (
+        f"kubectl apply -k --server-side to Kubernetes {version(plane)} with LWS {_lws_release()}:"
+        " every object reconciled, a second apply changed nothing (kwok nodes: no container ran)"
     )
-    assert groups >= 40 and len(folders) >= 80
-    before = generations(plane, namespace)
-    for folder in folders:
-        _apply_k(plane, folder, namespace)
-    assert generations(plane, namespace) == before
+    with recording(request.node.nodeid, check, on_disk(ROOT, folders)):
+        for folder in folders:
+            _apply_k(plane, folder, namespace)
+        left = wait_reconciled(plane, namespace, applied)
+        assert not left, "\n".join(left[:20])
+        groups = sum(doc["kind"] == "LeaderWorkerSet" for doc in everything)
+        print(
+            f"Kubernetes {version(plane)}: {len(folders)} kustomizations, {len(everything)} objects applied, "
+            f"{groups} LeaderWorkerSets, {pods_wanted(everything)} pods reconciled"
+        )
+        assert groups >= 40 and len(folders) >= 80
+        before = generations(plane, namespace)
+        for folder in folders:
+            _apply_k(plane, folder, namespace)
+        assert generations(plane, namespace) == before
 
 
 def _renamed(documents: Sequence[Mapping[str, Any]], old: str, new: str) -> list[dict[str, Any]]:

@@ -4,11 +4,13 @@ one line naming the file, the place and the value, every other recipe generated,
 
 from __future__ import annotations
 
+import filecmp
 import json
 import os
 import shutil
 import subprocess
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,12 +18,14 @@ import yaml
 
 from factory.errors import InputError
 from factory.files import write_text_atomic
+from factory.generate import generate
 from factory.memory import recipe_inputs
-from factory.project import Project
+from factory.project import Project, load_project
 from factory.recipes import bundled
 from factory.recipes.loader import load_tree
 from factory.render.outputs import image_outputs
 from factory.yamlfile import read_yaml
+from tests import kubernetes_checks as checks
 from tests.conftest import ROOT, TINY, blueprint_of, kubectl, run_factory, small_recipe
 from tests.test_hostile_recipes_2 import _generate, _only_bad, _tree
 
@@ -204,6 +208,80 @@ def test_plain_scalars_are_read_as_the_site_reads_them(tmp_path: Path) -> None:
         pytest.fail("the oracle's js-yaml and node are needed to compare with the site's reader")
 
 
+# Environment names and values that YAML readers take for something else when written plain, and what each
+# must reach the process as. The last four are written unquoted in the recipe: YAML 1.2 makes them a
+# boolean, numbers and text, and the site shows them as `true`, `1`, `10` and `yes`.
+ENV_NAMES = ["null", "true", "false", "yes", "no", "on", "off", "y", "n", "Y", "NULL", "True", "Null", "_"]
+ENV_VALUES = {
+    "A_TILDE": "~", "A_FLOAT": "1.0", "A_INT": "010", "A_OCT": "0o17", "A_HEX": "0x1F", "A_EXP": "1e3",
+    "A_INF": ".inf", "A_NAN": ".nan", "A_EMPTY": "", "A_SPACE": " ", "A_COLON": "a: b", "A_HASH": "#x",
+    "A_DASH": "-", "A_TIME": "1:30", "A_DATE": "2026-12-03", "A_MERGE": "<<", "A_ANCHOR": "&a",
+    "A_ALIAS": "*a", "A_TAG": "!x", "A_PIPE": "|", "A_MAP": "{}", "A_LIST": "[]", "A_NULL": "null",
+}  # fmt: skip
+ENV_PLAIN = {
+    "B_TRUE": ("true", "true"), "B_FLOAT": ("1.0", "1"), "B_INT": ("010", "10"), "B_YES": ("yes", "yes"),
+}  # fmt: skip
+
+
+def _compose_environment(file: Path) -> dict[str, str]:
+    """The service's environment as Compose v2 itself reads the file (`docker compose config`)."""
+    settings = {"HEAD_IP": "10.0.0.1", "IFACE_NAME": "eth0", "RENDER_GID": "110", "MASTER_PORT": "29501"}
+    read = subprocess.run(
+        ["docker", "compose", "-f", str(file), "config", "--format", "json"],
+        capture_output=True, text=True, env={**os.environ, **settings}, check=False, timeout=60,
+    )  # fmt: skip
+    assert read.returncode == 0, f"{file}: {read.stderr}"
+    (service,) = json.loads(read.stdout)["services"].values()
+    return dict(service["environment"])
+
+
+def _kubectl_environments(folder: Path) -> list[dict[str, str]]:
+    """Each pod template's environment as kubectl reads what `kubectl kustomize` prints (`kubectl label
+    --local` parses it with the reader `kubectl apply` uses, and prints JSON; no cluster needed)."""
+    printed = subprocess.run(
+        [kubectl(), "kustomize", str(folder)], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    read = subprocess.run(
+        [kubectl(), "label", "--local", "-f", "-", "probe=1", "-o", "json"],
+        input=printed, capture_output=True, text=True, check=True, timeout=60,
+    ).stdout  # fmt: skip
+    found, decoder, at = [], json.JSONDecoder(), 0
+    while read[at:].strip():
+        document, at = decoder.raw_decode(read, len(read) - len(read[at:].lstrip()))
+        for template in checks.pod_templates(document):
+            env = template[1]["spec"]["containers"][0].get("env", [])
+            found.append({e["name"]: e["value"] for e in env if "value" in e})
+    return found
+
+
+def test_environment_names_and_values_yaml_could_misread_reach_compose_and_kubectl_as_written(
+    tmp_path: Path,
+) -> None:
+    """Names were written plain in compose files: Compose refused `true:` ("non-string key in
+    services.vllm.environment"). Every name and value is read back, by the real Compose and kubectl,
+    as the same string, in every compose file and kustomization of the recipe."""
+    expected = {name: name for name in ENV_NAMES} | ENV_VALUES
+    expected |= {name: shown for name, (_, shown) in ENV_PLAIN.items()}
+    recipes = _tree(tmp_path, {"acme/Small-8B": small_recipe()})
+    path = recipes / "models" / "acme" / "Small-8B.yaml"
+    lines = [f"    {json.dumps(name)}: {json.dumps(value)}" for name, value in expected.items()]
+    lines[-len(ENV_PLAIN) :] = [f"    {name}: {written}" for name, (written, _) in ENV_PLAIN.items()]
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text.replace("  base_args:", "  base_env:\n" + "\n".join(lines) + "\n  base_args:", 1))
+    result, out, bad = _generate(tmp_path, recipes)
+    assert result.returncode == 0 and not bad, result.stderr[-2000:]
+    composed = sorted((out / "compose" / "small").rglob("*compose.yaml"))
+    folders = sorted(p.parent for p in (out / "k8s" / "small").rglob("kustomization.yaml"))
+    assert len(composed) >= 20 and len(folders) >= 15, (len(composed), len(folders))
+    for file in composed:
+        environment = _compose_environment(file)
+        assert {name: environment.get(name) for name in expected} == expected, file
+    templates = [env for folder in folders for env in _kubectl_environments(folder)]
+    assert len(templates) >= len(folders)
+    for environment in templates:
+        assert {name: environment.get(name) for name in expected} == expected
+
+
 # --- links and special files at the edges -----------------------------------------------------------------
 
 
@@ -327,11 +405,55 @@ def test_bundled_files_are_hashed_in_chunks_and_never_read_past_the_limit(
     assert peak < 8 * 2**20, f"hashing a 48 MB bundled file held {peak:,} bytes at once"
     weights.write_bytes(b"changed")
     assert recipe_inputs(project, loaded, "shared") != key  # the bytes are in the key, not only the names
+    (_, copy), *_ = bundled.listed(loaded.bundled_model_dir)
     with weights.open("ab") as grown:  # grown since the recipe was read: sparse, no disk used
         grown.truncate(bundled.MAX_BUNDLED_BYTES + 1)
     with pytest.raises(InputError, match="bundled model folder holds over") as refused:
-        bundled.read_all(loaded.bundled_model_dir)
+        bundled.listed(loaded.bundled_model_dir)
     assert "model.safetensors" in str(refused.value)
+    read = 0
+    with pytest.raises(InputError, match="changed while generate ran") as changed:  # listed before it grew
+        for chunk in copy.chunks():
+            read += len(chunk)
+    assert read <= copy.size and "model.safetensors" in str(changed.value)
+
+
+def _tiny_with_bundled(tmp_path: Path, size: int) -> Project:
+    """The tiny model's recipe alone in a tree (the project's lock builds it), its bundled folder holding
+    one more file of `size` random bytes."""
+    tree = tmp_path / "recipes"
+    shutil.copytree(ROOT / "recipes" / "strategies", tree / "strategies")
+    shutil.copy(ROOT / "recipes" / "taxonomy.yaml", tree / "taxonomy.yaml")
+    (tree / "models" / "factory").mkdir(parents=True)
+    recipe = ROOT / "recipes" / "models" / "factory" / "tiny-random-llama.yaml"
+    shutil.copy(recipe, tree / "models" / "factory")
+    shutil.copytree(recipe.with_suffix(""), tree / "models" / "factory" / "tiny-random-llama")
+    (tree / "models" / "factory" / "tiny-random-llama" / "extra.bin").write_bytes(os.urandom(size))
+    return load_project(ROOT, tree, tmp_path / "out", lock=ROOT / "recipes" / "lock" / "vllm.lock.json")
+
+
+def _peak(run: Callable[[], object]) -> int:
+    tracemalloc.start()
+    try:
+        run()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_bundled_file_reaches_the_build_context_as_a_streamed_copy(tmp_path: Path) -> None:
+    """The build context held every bundled file's bytes (a 48 MB file: 102 MB at the peak of generate),
+    and --check read the copy on disk whole beside them. Now both copy and compare in 1 MiB chunks."""
+    project = _tiny_with_bundled(tmp_path, 48 * 2**20)
+    wrote = _peak(lambda: generate(project))
+    source = project.tree.root / "models" / "factory" / "tiny-random-llama" / "extra.bin"
+    (copy,) = (project.out / "images").rglob("model/extra.bin")
+    assert filecmp.cmp(source, copy, shallow=False), "the copy has the bundled file's bytes"
+    shutil.rmtree(project.out / ".factory-cache")  # so --check plans again and compares every file
+    checked = _peak(lambda: generate(project, check=True))
+    assert [line for line in generate(project, check=True).stale if "images/" in line] == []
+    assert wrote < 12 * 2**20, f"generate with a 48 MB bundled file held {wrote:,} bytes at its peak"
+    assert checked < 12 * 2**20, f"generate --check held {checked:,} bytes at its peak"
 
 
 @pytest.mark.parametrize(

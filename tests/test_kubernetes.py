@@ -23,9 +23,11 @@ from factory.errors import InputError
 from factory.plan.models import Deployment, NodeRole
 from factory.project import Project, load_project
 from factory.render import compose, kubernetes
+from factory.render.outputs import kubernetes_outputs
 from factory.router.image import router_image
 from tests import kubernetes_checks as checks
 from tests.conftest import KIMI, ROOT, TINY, blueprint_of, kubectl, run_factory
+from tests.manifest_records import as_generated, on_disk, recording
 from tests.test_router_image import pd_deployment
 
 K8S = ROOT / "k8s"
@@ -37,6 +39,11 @@ def _documents(path: Path) -> list[dict[str, Any]]:
 
 def _committed() -> list[tuple[Path, list[dict[str, Any]]]]:
     return [(path, _documents(path)) for path in sorted(K8S.rglob("manifest.yaml"))]
+
+
+def _folders(committed: list[tuple[Path, list[dict[str, Any]]]]) -> dict[str, str]:
+    """The deployment folders of these committed manifests, by the digest of their files (the record's)."""
+    return on_disk(ROOT, [path.parent for path, _ in committed])
 
 
 def _deployments(project: Project) -> Iterator[Deployment]:
@@ -212,16 +219,21 @@ def test_a_setting_with_no_pod_value_is_refused_naming_it(project: Project) -> N
 # --- checked as the API server would admit them ----------------------------------------------------------
 
 
-def test_every_lws_validates_strictly_against_each_release_from_the_minimum() -> None:
-    lws = [doc for _, docs in _committed() for doc in docs if doc["kind"] == "LeaderWorkerSet"]
+def test_every_lws_validates_strictly_against_each_release_from_the_minimum(
+    request: pytest.FixtureRequest,
+) -> None:
+    committed = [(p, docs) for p, docs in _committed() if any(d["kind"] == "LeaderWorkerSet" for d in docs)]
+    lws = [doc for _, docs in committed for doc in docs if doc["kind"] == "LeaderWorkerSet"]
     assert len(lws) >= 20
     releases = checks.LWS_RELEASES[checks.LWS_RELEASES.index(kubernetes.MIN_LWS) :]
-    assert releases == checks.LWS_RELEASES, "the minimum claimed is the oldest release vendored"
-    for release in releases:
-        for doc in lws:
-            assert checks.schema_problems(doc, release) == [], (release, doc["metadata"]["name"])
-            assert checks.webhook_problems(doc) == []
-            assert checks.group_problems(doc) == []
+    check = f"LWS {releases[0]} to {releases[-1]} CRD strict, webhook and group rules"
+    with recording(request.node.nodeid, check, _folders(committed)):
+        assert releases == checks.LWS_RELEASES, "the minimum claimed is the oldest release vendored"
+        for release in releases:
+            for doc in lws:
+                assert checks.schema_problems(doc, release) == [], (release, doc["metadata"]["name"])
+                assert checks.webhook_problems(doc) == []
+                assert checks.group_problems(doc) == []
 
 
 def test_a_leader_ready_start_or_a_worker_pointed_away_from_its_leader_fails_its_check() -> None:
@@ -301,12 +313,17 @@ def test_a_webhook_rule_the_schema_cannot_hold_fails_its_check(mistake: Any, exp
     assert any(expected in problem for problem in checks.webhook_problems(lws))
 
 
-def test_core_objects_and_pod_templates_validate_strictly_for_each_kubernetes_version() -> None:
+def test_core_objects_and_pod_templates_validate_strictly_for_each_kubernetes_version(
+    request: pytest.FixtureRequest,
+) -> None:
     committed = _committed()
-    for version in checks.KUBERNETES_VERSIONS:
-        for path, documents in committed:
-            for doc in documents:
-                assert checks.core_problems(doc, version) == [], (version, path)
+    versions = checks.KUBERNETES_VERSIONS
+    check = f"Kubernetes {versions[0]} to {versions[-1]} strict ({len(versions)} releases)"
+    with recording(request.node.nodeid, check, _folders(committed)):
+        for version in versions:
+            for path, documents in committed:
+                for doc in documents:
+                    assert checks.core_problems(doc, version) == [], (version, path)
     claimed = (checks.KUBERNETES_VERSIONS[0][:4], checks.KUBERNETES_VERSIONS[-1][:4])
     assert claimed == (
         kubernetes.KUBERNETES_VERSIONS[0],
@@ -343,21 +360,28 @@ def _kubectl() -> str:
     return kubectl()
 
 
-def test_kubectl_kustomize_renders_every_kustomization_and_the_output_validates() -> None:
+def test_kubectl_kustomize_renders_every_kustomization_and_the_output_validates(
+    request: pytest.FixtureRequest,
+) -> None:
     kubectl = _kubectl()
     folders = sorted(path.parent for path in K8S.rglob("manifest.yaml"))  # each deployment's folder
     assert folders
-    for folder in folders:
-        result = subprocess.run(
-            [kubectl, "kustomize", str(folder)], capture_output=True, text=True, timeout=60
-        )
-        assert result.returncode == 0, (folder, result.stderr)
-        rendered = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
-        assert len(rendered) == len(_documents(folder / "manifest.yaml"))
-        for doc in rendered:
-            assert checks.core_problems(doc, checks.KUBERNETES_VERSIONS[-1]) == [], folder
-            if doc["kind"] == "LeaderWorkerSet":
-                assert checks.schema_problems(doc, kubernetes.MIN_LWS) == [], folder
+    check = (
+        f"kubectl kustomize renders it; the output Kubernetes {checks.KUBERNETES_VERSIONS[-1]}"
+        f" and LWS {kubernetes.MIN_LWS} strict"
+    )
+    with recording(request.node.nodeid, check, on_disk(ROOT, folders)):
+        for folder in folders:
+            result = subprocess.run(
+                [kubectl, "kustomize", str(folder)], capture_output=True, text=True, timeout=60
+            )
+            assert result.returncode == 0, (folder, result.stderr)
+            rendered = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+            assert len(rendered) == len(_documents(folder / "manifest.yaml"))
+            for doc in rendered:
+                assert checks.core_problems(doc, checks.KUBERNETES_VERSIONS[-1]) == [], folder
+                if doc["kind"] == "LeaderWorkerSet":
+                    assert checks.schema_problems(doc, kubernetes.MIN_LWS) == [], folder
 
 
 def test_kustomize_images_repoints_every_pod_of_an_lws(tmp_path: Path) -> None:
@@ -494,10 +518,18 @@ def parity_problems(deployment: Deployment, launcher: Path) -> list[str]:
     return problems
 
 
-def test_each_pod_runs_the_compose_command_of_its_node(project: Project, launcher: Path) -> None:
+PARITY = "argv and environment parity with compose (each pod's command run as the kubelet would)"
+
+
+def test_each_pod_runs_the_compose_command_of_its_node(
+    project: Project, launcher: Path, request: pytest.FixtureRequest
+) -> None:
     deployments = [d for d in _deployments(project) if kubernetes.deployable(d)]
-    problems = [p for d in deployments for p in parity_problems(d, launcher)]
-    assert problems == []
+    # the objects checked are the ones generate prints: the record cites those bytes
+    generated = as_generated(file for d in deployments for file in kubernetes_outputs(d))
+    with recording(request.node.nodeid, PARITY, generated):
+        problems = [p for d in deployments for p in parity_problems(d, launcher)]
+        assert problems == []
     computed = [d for d in deployments if any("command" in c for c in _containers(d))]
     assert computed, "the data-parallel start rank (index x local size) is computed by the shell line"
 
@@ -723,7 +755,7 @@ def test_show_prints_a_pd_deployment_as_manifests(pd: Deployment) -> None:
 
 
 def test_every_upstream_deployment_validates_and_runs_its_compose_command(
-    launcher: Path, tmp_path: Path
+    launcher: Path, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     upstream = os.environ.get("FACTORY_UPSTREAM_RECIPES")
     if not upstream or not Path(upstream).exists():
@@ -741,10 +773,12 @@ def test_every_upstream_deployment_validates_and_runs_its_compose_command(
         "skipped": 0,
         "lws": 0,
     }
+    generated: dict[str, str] = {}  # what the record cites: the folders generate writes with this lock
     for deployment in _deployments(corpus):
         if not kubernetes.deployable(deployment):
             counts["skipped"] += 1
             continue
+        generated |= as_generated(kubernetes_outputs(deployment))
         counts[deployment.deploy_type] += 1
         counts["multi_node_pools"] += any(v > 1 for v in kubernetes.pool_sizes(deployment).values())
         problems += parity_problems(deployment, launcher)
@@ -762,9 +796,14 @@ def test_every_upstream_deployment_validates_and_runs_its_compose_command(
             problems += checks.core_problems(doc, checks.KUBERNETES_VERSIONS[-1])
             problems += checks.lws_variables_set(doc)
     print(counts)
-    assert problems == []
-    assert counts["multi_node"] > 1000 and counts["single_node"] > 1000
-    assert counts["pd_cluster"] > 400 and counts["multi_node_pools"] > 50 and counts["skipped"] == 0
+    check = (
+        f"LWS {kubernetes.MIN_LWS} CRD strict, webhook and group rules; Kubernetes"
+        f" {checks.KUBERNETES_VERSIONS[-1]} strict; {PARITY}; P/D processes on their pod addresses"
+    )
+    with recording(request.node.nodeid, check, generated, tree=upstream):
+        assert problems == [], problems[:5]
+        assert counts["multi_node"] > 1000 and counts["single_node"] > 1000
+        assert counts["pd_cluster"] > 400 and counts["multi_node_pools"] > 50 and counts["skipped"] == 0
 
 
 def test_show_prints_the_committed_manifest(project: Project) -> None:

@@ -12,6 +12,7 @@ from factory.blueprint import Blueprint
 from factory.errors import InputError
 from factory.plan.models import ImagePlan
 from factory.settings import BuildSettings, Network
+from factory.writer import difference
 
 
 class BuildTarget(Protocol):
@@ -43,7 +44,7 @@ def check_generated(root: Path, blueprint: Blueprint) -> None:
     """Build only what the committed files say: refuse a stale or missing generated folder."""
     for file in blueprint.image_files:
         on_disk = root / file.path
-        if not on_disk.is_file() or on_disk.read_bytes() != file.content:
+        if difference(on_disk, file) is not None:  # compared in chunks: the model files may be large
             raise InputError(
                 "the generated build files are stale or missing",
                 file=on_disk,

@@ -138,7 +138,6 @@ def cmd_matrix(project: Project, args: argparse.Namespace) -> int:
     from factory.engine import connect
     from factory.errors import DockerError
     from factory.matrix import LintCache, coverage, hadolint, hadolint_tool, write_matrix
-    from factory.matrix_kubernetes import ci_checks
 
     blueprints = plan_project(project)
     try:
@@ -147,9 +146,7 @@ def cmd_matrix(project: Project, args: argparse.Namespace) -> int:
         client = None
         warn(f"no Docker Engine ({str(exc).splitlines()[0]}): cells stop at linted")
     lint = LintCache(args.reports / ".lint-cache.json", hadolint, hadolint_tool())
-    matrix = coverage(
-        blueprints, project.out, args.reports, client, lint, report=warn, kubernetes_checks=ci_checks(project)
-    )
+    matrix = coverage(blueprints, project.out, args.reports, client, lint, report=warn)
     lint.save()
     warn(f"hadolint ran on {lint.runs} Dockerfiles; {lint.hits} verdicts reused (bytes unchanged)")
     for path in write_matrix(

@@ -1,7 +1,7 @@
 """The model folder shipped beside a recipe (`models/<org>/<name>/` next to `<name>.yaml`): checked when the
-recipe is read, then listed, hashed and read by these functions only. Whatever is copied from it ends in a
-layer anyone who pulls the image can read, so nothing in it is followed through a link, and nothing is
-read past the folder's size limit, however the files changed since the recipe was read."""
+recipe is read, then listed, hashed and copied, in chunks, by these functions only. Whatever is copied from
+it ends in a layer anyone who pulls the image can read, so nothing in it is followed through a link, and
+nothing is read past the folder's size limit, however the files changed since the recipe was read."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import hashlib
 import os
 import stat
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from factory.errors import InputError
@@ -85,20 +86,43 @@ def _chunks(path: Path, budget: int) -> Iterator[bytes]:
         os.close(fd)
 
 
-def read_all(folder: Path | None) -> dict[str, bytes]:
-    """Each file's bytes by its path inside the folder, never more than the limit in all."""
-    budget, found = MAX_BUNDLED_BYTES, {}
+@dataclass(frozen=True)
+class BundledFile:
+    """A bundled file as listed (its size then): copied into the build context in chunks, never held whole,
+    and never read past its listed size. A file that grew or shrank since is refused, naming it."""
+
+    path: Path
+    size: int
+
+    def chunks(self) -> Iterator[bytes]:
+        taken = 0
+        for chunk in _chunks(self.path, self.size):
+            taken += len(chunk)
+            if taken > self.size:
+                break
+            yield chunk
+        if taken != self.size:
+            raise InputError(
+                f"a bundled model file changed while generate ran ({self.size:,} bytes when listed)",
+                file=self.path,
+                hint="run `factory generate` again once nothing writes to the folder",
+            )
+
+
+def listed(folder: Path | None) -> list[tuple[str, BundledFile]]:
+    """Each file with its size, by its path inside the folder; never more than the limit in all."""
+    total, found = 0, []
     for name, path in files(folder):
-        content = b"".join(_chunks(path, budget))
-        budget -= len(content)
-        if budget < 0:
+        size = path.lstat().st_size
+        total += size
+        if total > MAX_BUNDLED_BYTES:
             raise _too_big(path)
-        found[name] = content
+        found.append((name, BundledFile(path, size)))
     return found
 
 
 def add_to_digest(digest: hashlib._Hash, folder: Path | None) -> None:
-    """Hash the folder's names and bytes chunk by chunk: the bytes read_all reads, under the same limit."""
+    """Hash the folder's names and bytes chunk by chunk, under the same limit as the copies."""
     budget = MAX_BUNDLED_BYTES
     for name, path in files(folder):
         digest.update(name.encode() + b"\0")

@@ -21,8 +21,9 @@ def context_hash(image: ImageSpec, files: list[OutputFile]) -> str:
     digest = hashlib.sha256()
     for file in sorted(files, key=lambda f: f.path):
         relative = file.path.relative_to(image.directory).as_posix()
-        digest.update(f"{relative}\0{int(file.executable)}\0{len(file.content)}\0".encode())
-        digest.update(file.content)
+        digest.update(f"{relative}\0{int(file.executable)}\0{file.size}\0".encode())
+        for chunk in file.chunks():  # a bundled model file is read in chunks, never whole
+            digest.update(chunk)
     return digest.hexdigest()
 
 

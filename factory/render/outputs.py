@@ -3,6 +3,7 @@ and the bake file over all images."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -20,9 +21,24 @@ IMAGE_FILES = ("factory-serve", "image_info.py")
 
 @dataclass(frozen=True)
 class OutputFile:
+    """A file generate writes: text it rendered (`content`), or a bundled model file copied from `source`
+    in chunks (`content` then stays empty: a 48 MB file was held whole in the build context's list)."""
+
     path: PurePosixPath
-    content: bytes
+    content: bytes = b""
     executable: bool = False
+    source: bundled.BundledFile | None = None
+
+    @property
+    def size(self) -> int:
+        return self.source.size if self.source is not None else len(self.content)
+
+    def chunks(self) -> Iterator[bytes]:
+        """The bytes, in chunks for a copy (never past its listed size), at once for rendered text."""
+        if self.source is not None:
+            yield from self.source.chunks()
+        elif self.content:
+            yield self.content
 
 
 @cache
@@ -50,9 +66,7 @@ def image_outputs(image: ImageSpec, inputs_hash: str, model_folder: Path | None)
         # Local find-links folder for the pip step; a build may put wheels here.
         OutputFile(base / "wheels" / ".keep", b""),
     ]
-    files += [
-        OutputFile(base / "model" / name, content) for name, content in bundled.read_all(model_folder).items()
-    ]
+    files += [OutputFile(base / "model" / name, source=copy) for name, copy in bundled.listed(model_folder)]
     return files
 
 

@@ -1,7 +1,9 @@
 """Jinja2 rendering. Templates only format: every value and every choice comes from the plans.
 
 Values are escaped for the file they land in: `dockerfile` for Dockerfile ENV and LABEL (which expand
-`$` at build time), `json` for exec-form arrays and YAML strings; compose values go through
+`$` at build time), `json` for exec-form arrays and YAML strings, `key` for a YAML mapping key (plain
+where YAML reads it as that string, else quoted: an environment variable named `true` or `null` was read
+by compose as a boolean or null key and refused); compose values go through
 factory.render.compose.compose_value (placeholders become variables, every other `$` is doubled).
 """
 
@@ -16,6 +18,7 @@ import jinja2
 
 from factory.image_paths import TEMPLATE_GLOBALS
 from factory.plan.models import ImageSpec, image_labels
+from factory.render.yaml_text import scalar
 
 # Matched whole: with `$`, a value ending in a newline took the fast path and wrote a raw line break.
 _PLAIN = re.compile(r'[^"\\\x00-\x1f\x7f-\U0010ffff]*')
@@ -46,6 +49,7 @@ def environment() -> jinja2.Environment:
     )
     env.filters["json"] = json_string
     env.filters["dockerfile"] = dockerfile_value
+    env.filters["key"] = scalar
     env.globals.update(TEMPLATE_GLOBALS)
     return env
 
