@@ -172,9 +172,9 @@ def test_a_dockerfile_line_over_docker_s_limit_in_bytes_is_refused(project: Proj
     assert image.install is not None
     long = image.model_copy(update={"default_command": [*image.default_command, *["é" * 4000] * 20]})
     with pytest.raises(InputError, match="Docker refuses lines over 65,535") as refused:
-        image_outputs(long, "0" * 64, project.catalog.server, None)
+        image_outputs(long, "0" * 64, None)
     assert refused.value.file == image.recipe_file
-    assert image_outputs(image, "0" * 64, project.catalog.server, None), "the image as it is renders"
+    assert image_outputs(image, "0" * 64, None), "the image as it is renders"
 
 
 # Plain scalars YAML 1.1 and 1.2 read apart, and what the site's reader (js-yaml 4.3.2, read 2026-12-03
