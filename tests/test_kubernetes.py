@@ -22,7 +22,7 @@ from factory.blueprint import plan_recipe
 from factory.errors import InputError
 from factory.plan.models import Deployment, NodeRole
 from factory.project import Project, load_project
-from factory.render import compose, kubernetes
+from factory.render import compose, kubernetes, yaml_text
 from factory.render.outputs import kubernetes_outputs
 from factory.router.image import router_image
 from tests import kubernetes_checks as checks
@@ -119,7 +119,7 @@ def test_each_manifest_reads_back_as_the_objects_it_was_printed_from(project: Pr
         "",
         "~",
     ]
-    text = kubernetes.yaml_text.dump({"args": tricky, "n": 3, "b": True, "e": {}, "l": []})
+    text = yaml_text.dump({"args": tricky, "n": 3, "b": True, "e": {}, "l": []})
     assert yaml.safe_load(text) == {"args": tricky, "n": 3, "b": True, "e": {}, "l": []}
 
 
@@ -543,8 +543,8 @@ def test_a_command_that_differs_from_compose_fails_parity(
 ) -> None:
     deployment = blueprint_of(project, KIMI, "h200").deployment("multi_node_dep")
     assert parity_problems(deployment, launcher) == []
-    monkeypatch.setattr(
-        kubernetes, "RANK_SCRIPT", kubernetes.RANK_SCRIPT.replace("arg * times", "arg * times + 1")
+    monkeypatch.setattr(  # the module that prints the rank line
+        kubernetes.values, "RANK_SCRIPT", kubernetes.RANK_SCRIPT.replace("arg * times", "arg * times + 1")
     )
     problems = parity_problems(deployment, launcher)
     assert problems and "worker-1" in problems[0]

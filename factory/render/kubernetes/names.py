@@ -1,0 +1,73 @@
+"""Names in the Kubernetes format: where each deployment's files go, the objects' names (within what LWS and
+the StatefulSet controller build from them), the labels, and the shared kustomize components."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import PurePosixPath
+
+from factory.plan.models import Deployment
+
+ROOT = "k8s"
+LWS_API = "leaderworkerset.x-k8s.io/v1"
+MIN_LWS = "v0.7.0"  # the oldest LWS release whose CRD accepts every manifest (a test checks each release)
+KUBERNETES_VERSIONS = ("1.30", "1.37")  # first and last release the core objects were checked against
+NAME_LABEL = "app.kubernetes.io/name"
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+LWS_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+# The kustomize Component every kustomization includes: it names each published image by registry and
+# digest (printed by render/published_images.py from the publish record). "_" starts no image slug.
+IMAGES_COMPONENT = PurePosixPath(ROOT) / "_published"
+# The kustomize Component a user adds to put the model cache on a claim (render/model_cache_claim.py). It
+# patches the pod templates at these paths, in the workloads labelled as serving (not the router's).
+CLAIM_COMPONENT = PurePosixPath(ROOT) / "_model-cache-claim"
+COMPONENT_LABEL = "app.kubernetes.io/component"
+SERVER_COMPONENT = "server"
+TEMPLATE_PATHS = {
+    "Deployment": ("/spec/template",),
+    "LeaderWorkerSet": (
+        "/spec/leaderWorkerTemplate/leaderTemplate",
+        "/spec/leaderWorkerTemplate/workerTemplate",
+    ),
+}
+
+ROUTER = "router"  # the P/D router's part of its objects' names, and its component label
+
+
+def deployable(deployment: Deployment) -> bool:
+    """Deployments printed as manifests: every one, a prefill/decode one once the router is locked (a pod
+    needs its image; compose can take it from a setting)."""
+    return not any(group.spec.image.startswith("$") for group in deployment.run)
+
+
+def directory(deployment: Deployment) -> PurePosixPath:
+    image = deployment.image
+    base = PurePosixPath(ROOT) / image.slug / f"{image.hardware}-{image.variant}" / deployment.strategy
+    return base / f"{deployment.nodes}-nodes" if deployment.deploy_type == "multi_node" else base
+
+
+# What the controllers build from an LWS's name must fit a label value (63 characters): LWS names a group's
+# worker StatefulSet `<lws>-<group>`, and the StatefulSet controller labels its pods
+# `controller-revision-hash: <statefulset>-<hash of up to 10 characters>`. With room for 99 groups:
+# 63 - len("-") - 2 - len("-") - 10 = 49. (A name of 52 left the worker pods refused by the API server.)
+LABEL_LIMIT = 63
+REVISION_HASH = 10
+GROUP_DIGITS = 2
+NAME_BUDGET = LABEL_LIMIT - 1 - GROUP_DIGITS - 1 - REVISION_HASH
+# LWS makes a headless Service named after the LWS, and makes none when one of that name exists: the
+# Service in front of a multi-node deployment takes another name, or the leader's DNS name never resolves.
+SERVICE_SUFFIX = "api"
+
+
+def object_name(deployment: Deployment, part: str = "") -> str:
+    """A DNS label short enough for what LWS and the StatefulSet controller build from it (NAME_BUDGET);
+    `part` (a PD pool, the router) ends it."""
+    image = deployment.image
+    text = "-".join([image.slug, image.hardware, image.variant, deployment.strategy])
+    name = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+    room = NAME_BUDGET - (len(part) + 1 if part else 0)
+    if len(name) > room:
+        name = f"{name[: room - 7].rstrip('-')}-{hashlib.sha256(name.encode()).hexdigest()[:6]}"
+    name = name if name[0].isalpha() else f"m-{name}"
+    return f"{name}-{part}" if part else name
