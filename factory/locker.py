@@ -19,7 +19,7 @@ from factory.lock.choose import Ask, ask, choose, recipe_image, release_of
 from factory.lock.installable import Answers, first_installable
 from factory.lock.model import Lock, LockedSet, PassedOver, Release, set_key
 from factory.lock.omni import choose_omni
-from factory.lock.sets import SetBook, install_sources, missing_of, uv_sets
+from factory.lock.sets import LockPlace, SetBook, install_sources, missing_of, uv_sets
 from factory.lock.store import inputs_digest, write_lock
 from factory.project import Project
 from factory.recipes.loader import LoadedRecipe
@@ -55,7 +55,8 @@ def lock(
     # Unchanged recipes and catalog: what found no release or set stays as it was (a lock run twice is
     # byte-identical, and quick); changed ones are chosen and resolved again.
     same_inputs = previous.inputs == inputs
-    book = SetBook(project, previous, settings, upgrade == "*", same_inputs, report)
+    place = LockPlace(project.catalog, project.lock_path)
+    book = SetBook(place, previous, settings, upgrade == "*", same_inputs, report)
     chooser = _Chooser(project, settings, previous, book, Answers(book), refresh)
     releases: dict[str, dict[str, dict[str, Release]]] = {}
     for recipe_id, loaded in sorted(project.tree.recipes.items()):
@@ -68,7 +69,7 @@ def lock(
     result = chooser.result
     result.sets_resolved, result.sets_kept = book.counts.resolved, book.counts.kept
     result.unresolvable = book.counts.unresolvable
-    uv_locked, uv_texts = uv_sets(project, previous, settings, report)
+    uv_locked, uv_texts = uv_sets(place, previous, settings, report)
     new = Lock(inputs=inputs, uv=project.catalog.uv, releases=releases, sets={**sets, **uv_locked},
                passed_over=dict(sorted(chooser.passed.items())) or None)  # fmt: skip
     write_lock(project.lock_path, new, {**texts, **uv_texts})

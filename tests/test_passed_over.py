@@ -65,7 +65,7 @@ def index(tmp_path: Path) -> Iterator[tuple[LocalIndex, Path]]:
     wheel(wheels, PACKAGE, "2.1", [MISSING])  # the newest: its requirement is on no index
     wheel(wheels, "fakeflashinfer", "1.9", [])  # a neighbour of the missing release, as 0.7.4 is
     simple_repository(wheels, tmp_path / "index")
-    served = LocalIndex(tmp_path / "index")
+    served = LocalIndex(tmp_path / "index", tmp_path / "index-access.log")
     served.start()
     try:
         yield served, wheels

@@ -36,7 +36,7 @@ class Answers:
         if key not in self.asked:
             book = self.book
             sources = install_sources(
-                book.project.catalog, install, record.platform, record.vllm, book.settings
+                book.place.catalog, install, record.platform, record.vllm, book.settings
             )
             find_links = book.settings.find_links if install.local_wheels else None
             book.report(f"asking the indexes for {record.requirement} ({record.platform})")
@@ -118,7 +118,7 @@ def _blocked(
 def _served(book: SetBook, install: Install, requirement: str) -> list[str]:
     """The releases of the required package the indexes list, nearest the one asked for (for people)."""
     name = re.split(r"[=<>!~;\[ ]", requirement, maxsplit=1)[0]
-    sources = install_sources(book.project.catalog, install, None, None, book.settings)
+    sources = install_sources(book.place.catalog, install, None, None, book.settings)
     try:
         return index.nearest(index.releases(name, sources), requirement)
     except index.IndexUnavailable:

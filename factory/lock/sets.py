@@ -17,7 +17,6 @@ from factory.lock import index
 from factory.lock.model import OMNI, UV_PYTHON, Lock, LockedSet, cuda_version, heavy_packages, set_key, uv_key
 from factory.lock.omni import omni_refusal
 from factory.lock.store import set_text
-from factory.project import Project
 from factory.reporter import Reporter
 from factory.settings import BuildSettings
 
@@ -29,11 +28,19 @@ class SetCounts:
     unresolvable: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class LockPlace:
+    """What locking reads besides the recipes: the catalog (installs, indexes) and where the lock lives."""
+
+    catalog: Catalog
+    lock_path: Path
+
+
 @dataclass
 class SetBook:
     """Every set this run has settled, by key, with its requirements file's text (None: no file)."""
 
-    project: Project
+    place: LockPlace
     previous: Lock
     settings: BuildSettings
     upgrading: bool  # `--upgrade` of everything: no set is kept
@@ -57,8 +64,8 @@ class SetBook:
     def _settle(
         self, key: str, install: Install, version: str, platform: str, omni: str | None, fresh: bool
     ) -> tuple[LockedSet, str | None]:
-        project = self.project
-        refused = omni_refusal(project.catalog, install, platform, omni) if omni else None
+        place = self.place
+        refused = omni_refusal(place.catalog, install, platform, omni) if omni else None
         if refused is not None:  # no omni set can exist there: say why with the evidence, resolve nothing
             return LockedSet(
                 package=install.package, vllm=version, omni=omni, platform=platform, cause=OMNI,
@@ -69,19 +76,19 @@ class SetBook:
         if kept is not None and _local_wheels_gone(kept, local):
             self.report(f"{key}: a wheel the find_links folder served is no longer there: resolving it again")
             kept = None
-        if kept is not None and _keep(project, kept, self.same_inputs):
+        if kept is not None and _keep(place, kept, self.same_inputs):
             self.counts.kept += 1
             if kept.missing is None and missing_of(kept) is not None:  # recorded before `missing` existed
                 kept = kept.model_copy(update={"missing": missing_of(kept)})
-            return kept, set_text(project.lock_path, kept.requirements) if kept.requirements else None
-        if kept is not None and kept.requirements and _readable(project, kept):
+            return kept, set_text(place.lock_path, kept.requirements) if kept.requirements else None
+        if kept is not None and kept.requirements and _readable(place, kept):
             self.report(f"recording the index of each file of {key}")
             self.counts.kept += 1
-            return _record_indexes(project, kept, install, self.settings), set_text(
-                project.lock_path, kept.requirements
+            return _record_indexes(place, kept, install, self.settings), set_text(
+                place.lock_path, kept.requirements
             )
         self.report(f"resolving {key} with uv")
-        locked, text = _resolve_set(project.catalog, install, version, platform, self.settings, omni)
+        locked, text = _resolve_set(place.catalog, install, version, platform, self.settings, omni)
         if locked.unresolvable:
             self.counts.unresolvable.append(f"{key}: {locked.unresolvable}")
         self.counts.resolved += 1
@@ -105,24 +112,24 @@ def missing_of(locked: LockedSet) -> str | None:
 
 
 def _record_indexes(
-    project: Project, kept: LockedSet, install: Install | None, settings: BuildSettings
+    place: LockPlace, kept: LockedSet, install: Install | None, settings: BuildSettings
 ) -> LockedSet:
     """A set locked before the lock recorded indexes keeps its file: uv resolves it once more with its own
     pins as constraints, and only which index served each package is taken from that."""
     if install is None:
-        sources = index.Sources(default=project.catalog.default_index)
+        sources = index.Sources(default=place.catalog.default_index)
     else:
-        sources = install_sources(project.catalog, install, kept.platform, kept.vllm, settings)
-    text = set_text(project.lock_path, str(kept.requirements))
+        sources = install_sources(place.catalog, install, kept.platform, kept.vllm, settings)
+    text = set_text(place.lock_path, str(kept.requirements))
     exclude = install.remove_packages if install else []
     compiled = index.compile_set(
-        _wanted(project.catalog, kept.package, kept.vllm, kept.omni), kept.platform, kept.python, exclude,
+        _wanted(place.catalog, kept.package, kept.vllm, kept.omni), kept.platform, kept.python, exclude,
         settings.find_links if install and install.local_wheels else None, sources, pins=text,
     )  # fmt: skip
     return kept.model_copy(update={"served": compiled.served, "indexes": sources.urls})
 
 
-def _keep(project: Project, kept: LockedSet, same_inputs: bool) -> bool:
+def _keep(place: LockPlace, kept: LockedSet, same_inputs: bool) -> bool:
     """A resolved set stays while its file is there and it records its indexes. One whose index could not
     be reached is tried again once that index answers here (an unreachable one fails in milliseconds);
     one that could not be resolved otherwise, when the recipes or the catalog changed."""
@@ -130,7 +137,7 @@ def _keep(project: Project, kept: LockedSet, same_inputs: bool) -> bool:
         return any(index.unreachable(url) for url in kept.indexes.values())
     if kept.unresolvable:
         return same_inputs
-    return _readable(project, kept) and bool(kept.served)
+    return _readable(place, kept) and bool(kept.served)
 
 
 def install_sources(
@@ -160,8 +167,8 @@ def _wanted(catalog: Catalog, package: str, vllm: str, omni: str | None) -> list
     return wanted
 
 
-def _readable(project: Project, kept: LockedSet) -> bool:
-    return bool(kept.requirements) and (project.lock_path.parent / str(kept.requirements)).is_file()
+def _readable(place: LockPlace, kept: LockedSet) -> bool:
+    return bool(kept.requirements) and (place.lock_path.parent / str(kept.requirements)).is_file()
 
 
 def _resolve_set(
@@ -263,29 +270,29 @@ def _stand_in(install: Install, missing: str) -> str | None:
 
 
 def uv_sets(
-    project: Project, previous: Lock, settings: BuildSettings, report: Reporter
+    place: LockPlace, previous: Lock, settings: BuildSettings, report: Reporter
 ) -> tuple[dict[str, LockedSet], dict[str, str]]:
     """uv itself, hash-locked per platform: what an image's install step bootstraps."""
     sets, texts = {}, {}
-    platforms = {hardware.platform for hardware in project.catalog.hardware.values()}
-    default = project.catalog.default_index
+    platforms = {hardware.platform for hardware in place.catalog.hardware.values()}
+    default = place.catalog.default_index
     for platform in sorted(platforms):
-        key = uv_key(project.catalog.uv, platform)
+        key = uv_key(place.catalog.uv, platform)
         kept = previous.sets.get(key)
-        if kept is not None and _readable(project, kept) and kept.served:
-            sets[key], texts[f"{key}.txt"] = kept, set_text(project.lock_path, str(kept.requirements))
+        if kept is not None and _readable(place, kept) and kept.served:
+            sets[key], texts[f"{key}.txt"] = kept, set_text(place.lock_path, str(kept.requirements))
             continue
-        if kept is not None and _readable(project, kept):
+        if kept is not None and _readable(place, kept):
             report(f"recording the index of each file of {key}")
-            sets[key] = _record_indexes(project, kept, None, settings)
-            texts[f"{key}.txt"] = set_text(project.lock_path, str(kept.requirements))
+            sets[key] = _record_indexes(place, kept, None, settings)
+            texts[f"{key}.txt"] = set_text(place.lock_path, str(kept.requirements))
             continue
         report(f"resolving {key} with uv")
         compiled = index.compile_set(
-            [f"uv=={project.catalog.uv}"], platform, UV_PYTHON, [], None, index.Sources(default=default)
+            [f"uv=={place.catalog.uv}"], platform, UV_PYTHON, [], None, index.Sources(default=default)
         )
         text = compiled.text
-        sets[key] = LockedSet(package="uv", vllm=project.catalog.uv, platform=platform, accelerator="tool",
+        sets[key] = LockedSet(package="uv", vllm=place.catalog.uv, platform=platform, accelerator="tool",
                               python=UV_PYTHON, requirements=f"sets/{key}.txt", served=compiled.served,
                               digest=hashlib.sha256(text.encode()).hexdigest())  # fmt: skip
         texts[f"{key}.txt"] = text
