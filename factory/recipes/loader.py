@@ -7,18 +7,19 @@ that recipe's problem, and every other recipe loads as usual.
 
 from __future__ import annotations
 
-import re
 import stat
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
 from factory.errors import FactoryError, InputError
 from factory.recipes import bundled
-from factory.recipes.grammar import check_model_id, check_name, check_values, identity
-from factory.recipes.ignored import IgnoredKey, extra_keys, ignored_keys, known_data, refuse
-from factory.recipes.schema import NOT_USED, InstallSection, Recipe
+from factory.recipes.grammar import check_name, check_values, identity
+from factory.recipes.ignored import IgnoredKey, extra_keys, ignored_keys, refuse
+from factory.recipes.names import check_variants, refused_slugs
+from factory.recipes.references import check_references, hardware_keys, unused
+from factory.recipes.schema import Recipe
 from factory.recipes.tree_schema import KvStore, Strategy, Taxonomy
 from factory.yamlfile import load_model
 
@@ -179,6 +180,15 @@ def load_tree(root: Path, strict: bool = False) -> RecipeTree:
     return tree
 
 
+def _refuse_shared_slugs(tree: RecipeTree) -> None:
+    """Two recipes whose outputs would share a name are both refused, each naming the other (their earlier
+    files are kept, as for any recipe that turned bad): factory.recipes.names decides which."""
+    claimants = {recipe_id: (loaded.path, loaded.recipe) for recipe_id, loaded in tree.recipes.items()}
+    for recipe_id, error in refused_slugs(claimants).items():
+        loaded = tree.recipes.pop(recipe_id)
+        tree.problems.append(RecipeProblem(loaded.path, recipe_id, error))
+
+
 def recipe_paths(root: Path) -> list[Path]:
     """Every models/<org>/<name>.yaml entry, whatever it is (a link, a folder): loading says what is wrong
     with one. Links are listed, never followed: an org folder that is a link is one entry of its own."""
@@ -225,199 +235,18 @@ def _check_file(path: Path) -> None:
         )
 
 
-# Bounds on what one recipe makes the factory read or plan. Upstream's largest recipe file has 58 kB and
-# 5 variants (factory.recipes.bundled bounds a bundled model folder).
+# Bounds on what one recipe makes the factory read. Upstream's largest recipe file has 58 kB
+# (factory.recipes.names bounds its variants, factory.recipes.bundled a bundled model folder).
 MAX_RECIPE_BYTES = 4 * 2**20
-MAX_VARIANTS = 64
-
-
-# Names of the factory's own entries beside the recipes' folders (images/docker-bake.hcl, the PD router's
-# image folder and repository): a recipe whose slug is one of them would overwrite or share it.
-RESERVED_SLUGS = frozenset({"docker-bake.hcl", "vllm-router"})
-
-
-def _refuse_shared_slugs(tree: RecipeTree) -> None:
-    """Two recipes whose outputs would share a name overwrite each other's files, containers or objects:
-    both are refused, each naming the other (their earlier files are kept, as for any recipe that turned
-    bad). Names are compared as every output folds them: image repositories (ASCII capitals fold),
-    compose project names ('.' and '_' become '-') and Kubernetes object names (every run of other
-    characters becomes one '-')."""
-    claims: dict[tuple[str, str], list[LoadedRecipe]] = {}
-    for loaded in tree.recipes.values():
-        for claim in _slugs(loaded):
-            claims.setdefault(claim, []).append(loaded)
-    order = {"image name": 0, "compose project name": 1, "Kubernetes name": 2}  # the plainest first
-    for (how, slug), claimants in sorted(claims.items(), key=lambda item: (order[item[0][0]], item[0][1])):
-        reserved = how == "image name" and slug in RESERVED_SLUGS
-        if len(claimants) < 2 and not reserved:
-            continue
-        files = [str(loaded.path) for loaded in claimants]
-        for loaded in claimants:
-            if tree.recipes.pop(loaded.recipe_id, None) is None:
-                continue  # already refused for another slug
-            why = (
-                f"the image name {slug!r} is the factory's own (images/{slug})"
-                if reserved
-                else f"{len(claimants)} recipes claim the {how} {slug!r}: {', '.join(files)}"
-            )
-            error = InputError(
-                why,
-                file=loaded.path,
-                field="meta.slug",
-                value=loaded.recipe.meta.slug,
-                hint="give each recipe a meta.slug of its own",
-            )
-            tree.problems.append(RecipeProblem(loaded.path, loaded.recipe_id, error))
-
-
-def _slugs(loaded: LoadedRecipe) -> set[tuple[str, str]]:
-    """The names a recipe's variants take (as factory.plan.naming makes them), in each output's fold."""
-    given = loaded.recipe.meta.slug
-    models = {variant.model_id or loaded.model_id for variant in loaded.recipe.variants.values()}
-    found: set[tuple[str, str]] = set()
-    for model in models:
-        name = identity(given or model.split("/")[-1])
-        found.add(("image name", name))
-        found |= {(how, fold(name)) for how, fold in FOLDS.items()}
-    return found
-
-
-def _compose_fold(name: str) -> str:
-    return re.sub(r"[._]", "-", name.lower())
-
-
-def _kubernetes_fold(name: str) -> str:
-    return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
-
-
-# How each output folds a name: compose project names ('.' and '_' become '-'), Kubernetes object names
-# (every run of other characters becomes one '-').
-FOLDS: dict[str, Callable[[str], str]] = {
-    "compose project name": _compose_fold,
-    "Kubernetes name": _kubernetes_fold,
-}
-
-
-def _check_variants(recipe: Recipe, path: Path) -> None:
-    """A recipe is refused with more than MAX_VARIANTS variants (each plans an image per hardware: 10,000
-    ran for minutes), or with variants whose names fold together (`v1.0`, `v1-0`, `v1_0`), which would
-    share compose projects and Kubernetes objects: starting one would replace the other's containers."""
-    if len(recipe.variants) > MAX_VARIANTS:
-        raise InputError(
-            f"{len(recipe.variants):,} variants: a recipe may have at most {MAX_VARIANTS}",
-            file=path,
-            field="variants",
-        )
-    for how, fold in FOLDS.items():
-        folded: dict[str, list[str]] = {}
-        for name in recipe.variants:
-            folded.setdefault(fold(name), []).append(name)
-        for same, names in sorted(folded.items()):
-            if len(names) > 1:
-                raise InputError(
-                    f"variants {', '.join(repr(n) for n in names)} share the {how} {same!r}",
-                    file=path,
-                    field="variants",
-                    value=names[1],
-                    hint="name the variants so they differ in letters or digits, not in '.', '_' or case",
-                )
 
 
 def _load_recipe(path: Path, recipe_id: str, tree: RecipeTree, strict: bool) -> LoadedRecipe:
     _check_file(path)
     recipe = load_model(Recipe, path)
-    _check_variants(recipe, path)
+    check_variants(recipe, path)
     ignored = ignored_keys(recipe, hardware_keys(tree.taxonomy))
     if strict:
         refuse(ignored, path)
-    check_references(recipe, path, tree)
-    notes = unused(recipe, tree) + tuple(key.line() for key in ignored)
+    check_references(recipe, path, tree.taxonomy, set(tree.strategies))
+    notes = unused(recipe, tree.taxonomy) + tuple(key.line() for key in ignored)
     return LoadedRecipe(recipe, path, recipe_id, bundled.checked_folder(path), notes, ignored)
-
-
-def unused(recipe: Recipe, tree: RecipeTree) -> tuple[str, ...]:
-    """What the recipe sets that shapes no command or image, each with why (shown by `factory show`)."""
-    notes = [f"{key}: {why}" for key, why in NOT_USED.items() if _is_set(recipe, key)]
-    notes += [
-        f"meta.hardware.{name}: no such hardware profile in the taxonomy; nothing renders for it"
-        for name in recipe.meta.hardware
-        if name not in tree.taxonomy.hardware_profiles
-    ]
-    return tuple(notes)
-
-
-def _is_set(recipe: Recipe, dotted: str) -> bool:
-    value: object = recipe
-    for part in dotted.split("."):
-        value = getattr(value, part, None)
-    return value not in (None, "", [], {}) and value != InstallSection()
-
-
-def hardware_keys(taxonomy: Taxonomy) -> set[str]:
-    """Keys an override or a per-hardware value may use: a profile id, a generation or a brand."""
-    keys = set(taxonomy.hardware_profiles)
-    for profile in taxonomy.hardware_profiles.values():
-        keys.update(profile.generations)
-        keys.add(profile.brand.lower())
-    return keys
-
-
-def check_references(recipe: Recipe, path: Path, tree: RecipeTree) -> None:
-    """Every name a recipe uses must exist: strategies, hardware keys, features, variants, modes."""
-    strategies = set(tree.strategies)
-    profiles = set(tree.taxonomy.hardware_profiles)
-    if not recipe.variants:
-        raise InputError("a recipe needs at least one variant", file=path, field="variants")
-    check_model_id(recipe.model.model_id, path, "model.model_id")
-    if recipe.meta.slug is not None:
-        check_name(recipe.meta.slug, path, "meta.slug", "slug")
-    for name, variant in recipe.variants.items():
-        check_name(name, path, f"variants.{name}", "variant name")
-        if variant.model_id:
-            check_model_id(variant.model_id, path, f"variants.{name}.model_id")
-    check_values(known_data(recipe), path)  # ignored keys are in no command: their values are not checked
-    _each_known(recipe.compatible_strategies, strategies, path, "compatible_strategies", "strategy")
-    _each_known(recipe.strategy_overrides, strategies, path, "strategy_overrides", "strategy")
-    _each_known(recipe.strategy_hardware, strategies, path, "strategy_hardware", "strategy")
-    if recipe.default_strategy:
-        _each_known([recipe.default_strategy], strategies, path, "default_strategy", "strategy")
-    # A per-hardware key that names no hardware is ignored, as the site ignores it (factory.recipes.ignored).
-    for name, variant in recipe.variants.items():
-        where = f"variants.{name}"
-        _each_known(variant.supported_hardware, profiles, path, f"{where}.supported_hardware", "hardware")
-        _each_known(variant.default_modes, set(recipe.features), path, f"{where}.default_modes", "feature")
-    _each_known(recipe.opt_in_features, set(recipe.features), path, "opt_in_features", "feature")
-    for hardware, names in recipe.hardware_opt_in_features.items():
-        _each_known(names, set(recipe.features), path, f"hardware_opt_in_features.{hardware}", "feature")
-    _check_features(recipe, path, strategies)
-
-
-def _check_features(recipe: Recipe, path: Path, strategies: set[str]) -> None:
-    """What the site's build refuses about feature modes, named the same way."""
-    for name, feature in recipe.features.items():
-        where = f"features.{name}"
-        _each_known(feature.strategies, strategies, path, f"{where}.strategies", "strategy")
-        if feature.modes is None:
-            continue
-        if not feature.modes:
-            raise InputError("modes must be a non-empty map", file=path, field=f"{where}.modes")
-        if feature.args is not None:
-            raise InputError("a feature declares args or modes, not both", file=path, field=f"{where}.args")
-        if feature.default_mode:
-            _each_known([feature.default_mode], set(feature.modes), path, f"{where}.default_mode", "mode")
-        for mode_name, mode in feature.modes.items():
-            _each_known(
-                mode.variants, set(recipe.variants), path, f"{where}.modes.{mode_name}.variants", "variant"
-            )
-    for name, variant in recipe.variants.items():
-        for feature_name, mode_name in variant.default_modes.items():
-            modes = recipe.features[feature_name].modes or {}
-            field = f"variants.{name}.default_modes.{feature_name}"
-            _each_known([mode_name], set(modes), path, field, f"mode of {feature_name}")
-
-
-def _each_known(names: Iterable[str], known: set[str], path: Path, field_name: str, what: str) -> None:
-    for index, name in enumerate(names):
-        if name not in known:
-            where = f"{field_name}[{index}]" if isinstance(names, list) else f"{field_name}.{name}"
-            raise InputError(f"unknown {what}", file=path, field=where, value=name, valid=known)
