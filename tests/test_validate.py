@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -16,9 +17,14 @@ from factory.engine import OWNER_LABEL
 from factory.plan.runspec import RunSpec
 from factory.project import Project
 from factory.validate import checklist
+from factory.validate.checklist import Target
 from factory.validate.container import running
+from factory.validate.offer import Offer
 from factory.validate.probes import ProbeFailure, parse_chat, wait_healthy
+from factory.validate.report import ValidationReport
+from factory.validate.runner import run_probes
 from tests.conftest import ROOT, TINY, blueprint_of, run_factory
+from tests.test_probes import CPU_ENGINE
 
 pytestmark = pytest.mark.docker
 
@@ -49,6 +55,62 @@ def test_the_cpu_image_serves_a_real_chat_completion(
     stem = "validate-tiny-random-llama-vllm0.32.0-cpu-default"
     assert (reports / f"{stem}.json").is_file() and (reports / f"{stem}.xml").is_file()
     assert (reports / "validated" / f"{tiny_built.image_id.replace(':', '-')}.json").is_file()
+
+
+EMBEDDING = "factory/tiny-random-embedding"
+
+
+@pytest.mark.e2e
+def test_the_embedding_image_shares_the_chat_images_layers_and_serves_vectors_of_its_width(
+    project: Project,
+    tiny_built: BuildResult,
+    docker_client: docker.DockerClient,
+    no_leftovers: None,
+    tmp_path: Path,
+) -> None:
+    """`factory build` then `factory validate`, as a user runs them: the embeddings probe runs on the CPU,
+    against the tiny embedding model served by vLLM's pooling runner; the chat probes are not chosen.
+    Built after the tiny chat image (tiny_built), it costs one layer: its model files."""
+    built = run_factory(ROOT, "build", EMBEDDING, "--hardware", "cpu", "--report", str(tmp_path / "b.json"))
+    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+    image = blueprint_of(project, EMBEDDING, "cpu").image
+    layers = docker_client.images.get(image.reference).attrs["RootFS"]["Layers"]
+    chat_layers = docker_client.images.get(tiny_built.image_id).attrs["RootFS"]["Layers"]
+    assert layers[:-1] == chat_layers[:-1] and layers[-1] != chat_layers[-1], "one layer of its own"
+
+    validated = run_factory(ROOT, "validate", EMBEDDING, "--hardware", "cpu", "--reports", str(tmp_path))
+    assert validated.returncode == 0, validated.stdout[-3000:] + validated.stderr[-2000:]
+    report = json.loads((tmp_path / f"validate-{image.slug}-{image.tag}.json").read_text())
+    cases = {case["name"]: case for case in report["cases"]}
+    assert [name for name in cases if name.startswith("live:")] == [
+        "live:health",
+        "live:models",
+        "live:embeddings",
+    ]
+    assert all(cases[name]["status"] == "passed" for name in cases), report["cases"]
+    width = json.loads((ROOT / image.bundled_model_src / "config.json").read_text())["hidden_size"]
+    assert cases["live:embeddings"]["detail"] == f"2 inputs, 2 vectors of {width} numbers"
+    assert report["fully_validated"]
+
+
+def test_when_health_fails_the_probes_after_it_are_skipped_not_run(
+    project: Project, silent_image: object, no_leftovers: None, tmp_path: Path
+) -> None:
+    """A real container that never answers: health fails at its deadline, and no other probe is sent."""
+    spec = shipped_spec(project, image="factory-test/silent:latest", args=())
+    report = ValidationReport("factory-test/silent:latest", "sha256:0", "cpu", "0.32.0", "0" * 64)
+    runnable = checklist.decide(Offer.of(tiny_plan(project), CPU_ENGINE, True))
+    with running(spec, "gate", tmp_path) as started:
+        run_probes(runnable, Target(started, "factory/tiny-random-llama", 3), report)
+    statuses = [(case.name, case.status) for case in report.cases]
+    assert statuses == [
+        ("live:health", "failed"),
+        ("live:models", "skipped"),
+        ("live:chat", "skipped"),
+        ("live:deterministic", "skipped"),
+    ]
+    assert "timed out after 3 s" in report.cases[0].detail
+    assert {case.detail for case in report.cases[1:]} == {"not run: live:health failed"}
 
 
 def test_validation_leaves_no_container(tiny_validation: Any, docker_client: docker.DockerClient) -> None:
@@ -162,26 +224,3 @@ def test_validate_without_an_engine_is_a_clear_error(tmp_path: Path) -> None:
     )
     assert result.returncode == 2 and "cannot reach the Docker Engine" in result.stderr
     assert not list(tmp_path.glob("*.json"))
-
-
-@pytest.mark.parametrize(
-    ("tasks", "runs", "not_here"),
-    [
-        ([], ["live:health", "live:models", "live:chat", "live:deterministic"], []),
-        (["text"], ["live:health", "live:models", "live:chat", "live:deterministic"], []),
-        (["embedding"], ["live:health", "live:models"], ["live:embeddings"]),
-        (
-            ["multimodal"],
-            ["live:health", "live:models", "live:chat", "live:deterministic"],
-            ["live:image-input"],
-        ),
-        (["omni"], ["live:health", "live:models"], ["live:omni-task"]),
-    ],
-)
-def test_probes_are_chosen_from_the_recipes_tasks(
-    tasks: list[str], runs: list[str], not_here: list[str]
-) -> None:
-    chosen = checklist.chosen(tasks)
-    assert [p.name for p in chosen if not p.not_run_here] == runs
-    assert [p.name for p in chosen if p.not_run_here] == not_here
-    assert all(p.checks and p.when for p in chosen)

@@ -1,5 +1,5 @@
-"""HTTP probes of a vLLM server: /health, /v1/models and a real chat completion, each assertion
-saying what is wrong in words a user would use."""
+"""HTTP probes of a vLLM server: /health, /v1/models, a real chat completion and embeddings, each
+assertion saying what is wrong in words a user would use."""
 
 from __future__ import annotations
 
@@ -101,18 +101,27 @@ def chat(base_url: str, model: str, seed: int = 1234, max_tokens: int = 16) -> C
     return parse_chat(_json(response, "/v1/chat/completions"), seconds)
 
 
-def embeddings(base_url: str, model: str) -> int:
-    """The length of the vector /v1/embeddings gives for one input; fails unless it is numbers."""
-    response = requests.post(
-        f"{base_url}/v1/embeddings", json={"model": model, "input": [CHAT_MESSAGE]}, timeout=120
-    )
+def embeddings(base_url: str, model: str) -> tuple[int, int]:
+    """How many inputs /v1/embeddings was given and the length of each vector it answered: one vector of
+    numbers per input, all of one length (the model's width), or a failure saying what came instead."""
+    inputs = [CHAT_MESSAGE, "The quick brown fox jumps over the lazy dog."]
+    response = requests.post(f"{base_url}/v1/embeddings", json={"model": model, "input": inputs}, timeout=120)
     data = _json(response, "/v1/embeddings").get("data")
-    vector = (
-        data[0].get("embedding") if isinstance(data, list) and data and isinstance(data[0], dict) else None
-    )
-    if not isinstance(vector, list) or not vector or not all(isinstance(x, (int, float)) for x in vector):
-        raise ProbeFailure(f"embeddings answer: data[0].embedding is {str(vector)[:80]!r}, expected numbers")
-    return len(vector)
+    if not isinstance(data, list) or len(data) != len(inputs):
+        raise ProbeFailure(
+            f"embeddings answer: 'data' is {str(data)[:80]!r}, expected {len(inputs)} entries, one per input"
+        )
+    sizes = set()
+    for index, entry in enumerate(data):
+        vector = entry.get("embedding") if isinstance(entry, dict) else None
+        if not isinstance(vector, list) or not vector or not all(isinstance(x, (int, float)) for x in vector):
+            raise ProbeFailure(
+                f"embeddings answer: data[{index}].embedding is {str(vector)[:80]!r}, expected numbers"
+            )
+        sizes.add(len(vector))
+    if len(sizes) != 1:
+        raise ProbeFailure(f"embeddings answer: vectors of {sorted(sizes)} numbers, expected one length")
+    return len(inputs), sizes.pop()
 
 
 def parse_chat(body: dict[str, Any], seconds: float = 0.0) -> ChatResult:

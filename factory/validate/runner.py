@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
@@ -14,50 +12,20 @@ import docker
 from docker.errors import ImageNotFound
 
 from factory.blueprint import Blueprint
-from factory.catalog.schema import Vendor
-from factory.engine import EngineFacts, connect, engine_facts
+from factory.engine import connect, engine_facts
 from factory.errors import DockerError
 from factory.leftovers import sweep
-from factory.live import Countdown
 from factory.plan.models import Deployment, ImagePlan
 from factory.render import compose
 from factory.reporter import Reporter, silent
 from factory.validate import checklist, static
-from factory.validate.container import DIFFERENCES, Started, running
-from factory.validate.probes import ProbeFailure, chat, check_models, embeddings, wait_healthy
+from factory.validate.checklist import Decision, Target
+from factory.validate.container import DIFFERENCES, running
+from factory.validate.offer import Offer, one_node
+from factory.validate.probes import ProbeFailure
 from factory.validate.report import ValidationReport, write_json, write_junit, write_record
 
 HEALTH_MARGIN_S = 120  # beyond the health check's start period, before validation gives up
-
-
-@dataclass(frozen=True)
-class GpuAccess:
-    available: bool
-    why: str
-
-
-def gpu_access(vendor: Vendor, facts: EngineFacts) -> GpuAccess:
-    """Whether the engine can give a container this vendor's GPUs, by the check the catalog names."""
-    check = vendor.gpu_check
-    if check is None:
-        return GpuAccess(True, f"{vendor.name}: no GPU needed")
-    if check.runtime:
-        if check.runtime in facts.runtimes:
-            return GpuAccess(True, f"the engine has the {check.runtime} container runtime ({vendor.name})")
-        runtimes = ", ".join(facts.runtimes)
-        return GpuAccess(
-            False,
-            f"the engine has no {check.runtime} container runtime for {vendor.name} GPUs"
-            f" (runtimes: {runtimes})",
-        )
-    assert check.device is not None  # the catalog's GpuCheck names a runtime or a device
-    local = os.environ.get("DOCKER_HOST", "unix://").startswith("unix://")
-    if (local and Path(check.device).exists()) or (
-        check.remote_env and os.environ.get(check.remote_env) == "1"
-    ):
-        return GpuAccess(True, f"{check.device} is present")
-    remote = f" (on a remote engine set {check.remote_env}=1)" if check.remote_env else ""
-    return GpuAccess(False, f"no {vendor.name} GPU: {check.device} is absent{remote}")
 
 
 def validate_image(
@@ -85,20 +53,13 @@ def validate_image(
     )
     plans = list(blueprint.deployments)
     _static_checks(client, image, plans, report)
-    access = gpu_access(blueprint.vendor, facts)
-    probes = checklist.chosen(image.tasks)
-    single = next((plan for plan in plans if plan.nodes == 1), None)
-    if not access.available:
-        for probe in probes:
-            report.skip(probe.name, access.why)
-    elif single is None:
-        for probe in probes:
-            report.skip(probe.name, "the image has no one-node deployment to start")
-    elif report.passed:
-        for probe in probes:
-            if probe.not_run_here:
-                report.skip(probe.name, f"not run here: {probe.not_run_here}")
-        runnable = {probe.name for probe in probes if not probe.not_run_here}
+    single = one_node(blueprint)
+    decisions = checklist.decide(Offer.of(blueprint, facts, report.passed))
+    for decision in decisions:
+        if decision.check is None:
+            report.skip(decision.probe.name, decision.why)
+    runnable = [decision for decision in decisions if decision.check is not None]
+    if single is not None and runnable:
         timeout_s = health_timeout_s or image.start_period_s + HEALTH_MARGIN_S
         _live_probes(blueprint, single, runnable, report, timeout_s, progress_to)
     stem = f"validate-{image.slug}-{image.tag}"
@@ -126,7 +87,7 @@ def _static_checks(
 def _live_probes(
     blueprint: Blueprint,
     deployment: Deployment,
-    runnable: set[str],
+    runnable: list[Decision],
     report: ValidationReport,
     timeout_s: float,
     progress_to: TextIO | None,
@@ -143,66 +104,29 @@ def _live_probes(
             # The name the server answers to, from the spec it was started with (a recipe's own
             # --served-model-name included), not the model's id.
             served = spec.served_names[0] if spec.served_names else image.served_model_name
-            _probe(served, started, runnable, report, timeout_s, progress_to)
+            run_probes(runnable, Target(started, served, timeout_s, progress_to), report)
     finally:
         shutil.rmtree(cache, ignore_errors=True)
 
 
-def _probe(
-    served: str,
-    started: Started,
-    runnable: set[str],
-    report: ValidationReport,
-    timeout_s: float,
-    progress_to: TextIO | None,
-) -> None:
-    """Health first (every other probe needs a server), then each chosen probe this machine can run."""
-    step = "live:health"
-    try:
-        countdown = (
-            Countdown(f"{started.health_url} ({started.name})", timeout_s, progress_to, progress_to.isatty())
-            if progress_to is not None
-            else None
-        )
+def run_probes(runnable: list[Decision], target: Target, report: ValidationReport) -> None:
+    """Each probe's own check, in the checklist's order (health first: every other probe needs a server).
+    A failure is reported with its message; after a failed gate (health) the rest are skipped, saying so."""
+    gate_failed: str | None = None
+    for decision in runnable:
+        name, check = decision.probe.name, decision.check
+        assert check is not None  # runnable holds the decisions with a check
+        if gate_failed is not None:
+            report.skip(name, f"not run: {gate_failed} failed")
+            continue
         try:
-            seconds = wait_healthy(
-                started.health_url,
-                started.name,
-                timeout_s,
-                started.state,
-                tick=countdown.tick if countdown else lambda: None,
-            )
-        finally:
-            if countdown is not None:
-                countdown.close()
-        report.add(step, True, f"GET {started.health_url} answered 200 after {seconds:.1f} s", seconds)
-        step = "live:models"
-        if step in runnable:
-            models = check_models(started.base_url, served)
-            report.add(step, True, f"/v1/models lists {models}")
-        step = "live:chat"
-        if step in runnable:
-            first = chat(started.base_url, served)
-            report.add(
-                step,
-                True,
-                f"{first.completion_tokens} tokens, finish_reason {first.finish_reason}: {first.text[:80]!r}",
-                first.seconds,
-            )
-            step = "live:deterministic"
-            again = chat(started.base_url, served)
-            report.add(
-                step,
-                again.text == first.text,
-                "same text twice at temperature 0 with a fixed seed"
-                if again.text == first.text
-                else f"temperature 0 and one seed gave two texts: {first.text!r} then {again.text!r}",
-            )
-        step = "live:embeddings"
-        if step in runnable:
-            size = embeddings(started.base_url, served)
-            report.add(step, True, f"one vector of {size} numbers")
-    except ProbeFailure as exc:
-        report.add(step, False, str(exc))
-    except Exception as exc:  # a network error is a failed probe, not a crash
-        report.add(step, False, f"{type(exc).__name__}: {exc}")
+            outcome = check(target)
+        except ProbeFailure as exc:
+            report.add(name, False, str(exc))
+        except Exception as exc:  # a network error is a failed probe, not a crash
+            report.add(name, False, f"{type(exc).__name__}: {exc}")
+        else:
+            report.add(name, True, outcome.detail, outcome.seconds)
+            continue
+        if decision.probe.gate:
+            gate_failed = name
