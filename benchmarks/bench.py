@@ -32,17 +32,17 @@ import requests
 import yaml
 from docker.errors import ImageNotFound
 
-from factory.blueprint import Blueprint, select
+from factory.base.files import write_text_atomic
+from factory.base.settings import BuildSettings, load_settings
 from factory.build.builder import BuildResult, build_image
-from factory.engine import connect
-from factory.files import write_text_atomic
-from factory.generate import generate
-from factory.locker import lock
+from factory.engine.connect import connect
+from factory.generate.blueprint import Blueprint, select
+from factory.generate.run import generate
+from factory.lock.locker import lock
 from factory.plan.models import ImagePlan
 from factory.project import Project, load_project
 from factory.publish.pusher import push
 from factory.publish.registry import MANIFEST_TYPES, api_base, registry_request
-from factory.settings import BuildSettings, load_settings
 from factory.validate.container import running
 from factory.validate.probes import chat, wait_healthy
 from factory.validate.static import run_in_image
@@ -213,7 +213,7 @@ MANIFEST_GOALS = {"cold": 1.3, "unchanged": 1.2, "check": 1.2}  # with / without
 
 def without_manifests() -> contextlib.AbstractContextManager[object]:
     """generate as it was before Kubernetes manifests: every other file the same, k8s/ left out."""
-    return mock.patch("factory.blueprint.kubernetes_outputs", lambda deployment: [])
+    return mock.patch("factory.generate.blueprint.kubernetes_outputs", lambda deployment: [])
 
 
 def corpus_figures(root: Path, upstream: Path) -> list[Figure]:
@@ -266,8 +266,8 @@ def corpus_figures(root: Path, upstream: Path) -> list[Figure]:
 def alias_bomb_figures() -> list[Figure]:
     """Reading a few kB of nested YAML anchors (a billion nodes once expanded, issue 18): refused before
     it expands, in about the time a sound recipe of the same size takes to read."""
-    from factory.errors import InputError
-    from factory.yamlfile import read_yaml
+    from factory.base.errors import InputError
+    from factory.base.yamlfile import read_yaml
 
     levels = "abcdefghi"
     bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(

@@ -11,11 +11,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from factory.base.errors import InputError
 from factory.catalog.loader import load_catalog
 from factory.catalog.schema import Catalog
-from factory.errors import InputError
-from factory.lock.model import Lock
-from factory.lock.store import LOCK_NAME, read_lock
+from factory.lockfile.model import Lock
+from factory.lockfile.store import LOCK_NAME, read_lock
 from factory.recipes.loader import RecipeTree, load_tree
 
 

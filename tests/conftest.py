@@ -20,8 +20,8 @@ os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 import docker
 from docker.errors import ImageNotFound
 
-from factory.blueprint import Blueprint, select
-from factory.engine import OWNER_LABEL
+from factory.engine.connect import OWNER_LABEL
+from factory.generate.blueprint import Blueprint, select
 from factory.project import Project, load_project
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -207,8 +207,8 @@ def no_leftovers(docker_client: docker.DockerClient) -> Iterator[None]:
 @pytest.fixture(scope="session")
 def tiny_built(project: Project, docker_client: docker.DockerClient):
     """The built-in default image, built once per run (seconds when the engine has it cached)."""
+    from factory.base.settings import load_settings
     from factory.build.builder import build_image
-    from factory.settings import load_settings
 
     return build_image(ROOT, blueprint_of(project, TINY, "cpu"), load_settings(ROOT))
 
@@ -217,8 +217,8 @@ def tiny_built(project: Project, docker_client: docker.DockerClient):
 def omni_built(project: Project, docker_client: docker.DockerClient):  # type: ignore[no-untyped-def]
     """The CUDA omni image (Stable Diffusion 3.5 on H100), built once per run: torch's layer is the Kimi
     CUDA image's, so on a warm engine it costs the layers above torch's only."""
+    from factory.base.settings import load_settings
     from factory.build.builder import build_image
-    from factory.settings import load_settings
 
     return build_image(ROOT, blueprint_of(project, SD35, "h100"), load_settings(ROOT))
 

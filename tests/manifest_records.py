@@ -1,5 +1,5 @@
 """How the tests that check Kubernetes manifests record what they checked, for `factory matrix`
-(the format: factory/manifest_records.py).
+(the format: factory/report/manifest_records.py).
 
 A test names the deployment folders it checks (by the digest of their files as it read them) and its
 check, and runs its assertions inside `recording(...)`: the record says passed, or failed with the first
@@ -21,8 +21,8 @@ from typing import Literal
 
 import pytest
 
-from factory.manifest_records import ManifestCheckRecord, folder_digest, write_record
 from factory.render.outputs import OutputFile
+from factory.report.manifest_records import ManifestCheckRecord, folder_digest, write_record
 from tests.conftest import ROOT
 
 

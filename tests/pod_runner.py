@@ -16,7 +16,7 @@ from typing import Any
 
 import docker
 
-from factory.engine import OWNER_LABEL
+from factory.engine.connect import OWNER_LABEL
 from tests import kubernetes_checks as checks
 
 POD_FIELDS = {"nodeSelector", "containers", "volumes", "enableServiceLinks"}

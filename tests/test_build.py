@@ -17,11 +17,11 @@ import pytest
 import yaml
 from docker.errors import ImageNotFound
 
-from factory.blueprint import Blueprint
+from factory.base.errors import DockerError
+from factory.base.settings import load_settings
 from factory.build.builder import BuildResult, build_image
-from factory.errors import DockerError
+from factory.generate.blueprint import Blueprint
 from factory.project import Project, load_project
-from factory.settings import load_settings
 from tests.conftest import KIMI, ROOT, TINY, blueprint_of, run_factory
 
 pytestmark = pytest.mark.docker

@@ -25,15 +25,15 @@ import yaml
 from docker.errors import ImageNotFound
 from packaging.version import Version
 
+from factory.base.errors import DockerError, InputError
+from factory.base.settings import Network, load_settings
 from factory.build.backends import build_command, buildx_release, has_buildx, run_build
 from factory.build.builder import choose_backend
 from factory.build.context import StagedContext
 from factory.build.network import check_backend
 from factory.cli.images import _build_flags
 from factory.cli.parser import build_parser
-from factory.errors import DockerError, InputError
 from factory.project import Project
-from factory.settings import Network, load_settings
 from tests.conftest import ROOT, TINY, blueprint_of, run_factory
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from factory.conformance import Oracle, compare, judge, oracle_renderings
+from factory.report.conformance import Oracle, compare, judge, oracle_renderings
 
 HEAD = ["vllm", "serve", "acme/Big", "--tensor-parallel-size", "16", "--nnodes", "2", "--node-rank", "0"]
 HEAD += ["--master-addr", "$HEAD_IP"]

@@ -23,8 +23,8 @@ from packaging.version import Version
 from pydantic import BaseModel
 
 from factory.catalog.loader import load_catalog
-from factory.conformance import compare, oracle_renderings
 from factory.recipes.schema import Recipe
+from factory.report.conformance import compare, oracle_renderings
 from tests.conftest import ROOT, needs_path, run_factory
 
 FLOOR = json.loads((ROOT / "tests" / "data" / "conformance-floor.json").read_text())["rate"]

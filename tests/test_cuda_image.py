@@ -13,13 +13,13 @@ import docker
 import pytest
 import yaml
 
-from factory.blueprint import Blueprint
+from factory.base.settings import load_settings
 from factory.build.builder import BuildResult, build_image
-from factory.engine import OWNER_LABEL
+from factory.engine.connect import OWNER_LABEL
+from factory.generate.blueprint import Blueprint
 from factory.plan.runspec import RunSpec
 from factory.plan.settings import setting
 from factory.project import Project
-from factory.settings import load_settings
 from factory.validate.container import gpu_run_options
 from factory.validate.runner import validate_image
 from factory.validate.static import check_serve_args

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from factory.conformance import judge
-from factory.errors import InputError
+from factory.base.errors import InputError
 from factory.recipes.loader import load_tree
+from factory.report.conformance import judge
 from tests.conftest import ROOT, recipes_tree, run_factory, small_recipe
 
 

@@ -8,8 +8,8 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from factory import writer
-from factory.errors import InputError
+from factory.base.errors import InputError
+from factory.generate import writer
 from factory.render.outputs import OutputFile
 from tests.conftest import ROOT, run_factory, tree_snapshot
 
@@ -42,7 +42,7 @@ def test_generate_removes_what_is_no_longer_generated(scratch: Path) -> None:
 def test_a_failed_write_leaves_whole_files_and_no_temporary_ones(
     scratch: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from factory.blueprint import plan_project
+    from factory.generate.blueprint import plan_project
     from factory.project import load_project
 
     project = load_project(scratch)

@@ -1,8 +1,8 @@
 """What `generate` trusts between runs: a generated file's stamp, never a stamp a user could have kept.
 
-An unchanged run no longer reads every generated file back (factory.memory: the stamps git's index keeps);
-these tests hold the two sides of that bargain: an unchanged run reads none of the files, and every edit a
-user can make, even one that keeps the size and sets the modification time back, is still found.
+An unchanged run no longer reads every generated file back (factory.generate.memory: the stamps git's index
+keeps); these tests hold the two sides of that bargain: an unchanged run reads none of the files, and every
+edit a user can make, even one that keeps the size and sets the modification time back, is still found.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from factory.generate import generate
-from factory.memory import RACY_NS, read_memory
+from factory.generate.memory import RACY_NS, read_memory
+from factory.generate.run import generate
 from factory.project import load_project
 from tests.conftest import run_factory
 

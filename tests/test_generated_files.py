@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from factory.tools import compose_binary, hadolint_binary
+from factory.base.tools import compose_binary, hadolint_binary
 from tests.conftest import ROOT
 
 DOCKERFILES = sorted(ROOT.glob("images/**/Dockerfile"))

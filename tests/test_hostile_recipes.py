@@ -125,7 +125,7 @@ def test_dollar_signs_reach_vllm_as_written(scratch: Path) -> None:
 def run_compose_config(compose_file: Path) -> dict[str, Any]:
     import subprocess
 
-    from factory.tools import compose_binary
+    from factory.base.tools import compose_binary
 
     # The Compose v2 binary the project depends on (no engine needed for `config`), not the CLI plugin:
     # a missing plugin used to skip this test, in CI too.

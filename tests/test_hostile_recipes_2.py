@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from factory.errors import InputError
-from factory.yamlfile import read_yaml
+from factory.base.errors import InputError
+from factory.base.yamlfile import read_yaml
 from tests.conftest import ROOT, recipes_tree, run_factory, small_recipe
 
 Change = Callable[[dict[str, Any]], None]

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from factory.blueprint import plan_project
+from factory.base.errors import InputError
 from factory.catalog.loader import load_catalog
-from factory.errors import InputError
-from factory.lock.model import requirement_blocks
-from factory.matrix import LintCache, coverage
+from factory.generate.blueprint import plan_project
+from factory.lockfile.model import requirement_blocks
 from factory.project import Project
+from factory.report.matrix import LintCache, coverage
 from tests.conftest import ROOT, recipes_tree, run_factory
 
 LOCK = ROOT / "recipes" / "lock" / "vllm.lock.json"

@@ -15,7 +15,7 @@ import docker
 import pytest
 import yaml
 
-from factory.lock.published import PublishedImage, record_file, record_published
+from factory.lockfile.published import PublishedImage, record_file, record_published
 from factory.plan.models import ImagePlan
 from factory.project import load_project
 from factory.publish.publisher import Published, record_publish

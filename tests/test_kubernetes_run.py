@@ -15,7 +15,7 @@ from typing import Any
 import docker
 import pytest
 
-from factory.engine import OWNER_LABEL
+from factory.engine.connect import OWNER_LABEL
 from factory.project import Project
 from factory.render import kubernetes
 from factory.validate.probes import CHAT_MESSAGE, parse_chat

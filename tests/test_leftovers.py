@@ -15,8 +15,8 @@ from typing import Any
 import docker
 import pytest
 
-from factory.engine import OWNER_LABEL
-from factory.leftovers import PID_LABEL
+from factory.engine.connect import OWNER_LABEL
+from factory.engine.leftovers import PID_LABEL
 from tests.conftest import KIMI, ROOT, TINY, run_factory
 
 pytestmark = [pytest.mark.docker, pytest.mark.e2e]
@@ -83,7 +83,7 @@ def test_the_next_run_removes_what_a_killed_run_left_and_says_so(
 
 def test_containers_of_a_live_run_are_not_swept(docker_client: docker.DockerClient, tmp_path: Path) -> None:
     """A container whose process still runs (this test's) belongs to a run in progress: left alone."""
-    from factory.leftovers import labels, sweep
+    from factory.engine.leftovers import labels, sweep
 
     container = docker_client.containers.create(
         "factory-local/debian:bookworm", ["sleep", "60"], labels=labels("validate")

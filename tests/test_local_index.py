@@ -29,8 +29,8 @@ import pytest
 import yaml
 from docker.errors import ImageNotFound
 
-from factory.lock.model import canonical_name
-from factory.settings import ENV_NAMES
+from factory.base.settings import ENV_NAMES
+from factory.lockfile.model import canonical_name
 from tests.conftest import ROOT, recipes_tree, run_factory
 
 pytestmark = [pytest.mark.docker, pytest.mark.index]

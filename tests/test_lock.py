@@ -13,7 +13,7 @@ import yaml
 from packaging.version import Version
 
 from factory.lock.choose import ask, choose, recipe_image, release_of
-from factory.lock.model import heavy_packages, requirement_blocks, split_layers
+from factory.lockfile.model import heavy_packages, requirement_blocks, split_layers
 from factory.project import Project, load_project
 from factory.recipes.loader import load_tree
 from tests.conftest import (

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from factory.blueprint import plan_project
-from factory.matrix import Matrix, coverage
+from factory.generate.blueprint import plan_project
 from factory.project import Project, load_project
 from factory.render import kubernetes
+from factory.report.matrix import Matrix, coverage
 from tests import kubernetes_checks as checks
 from tests.conftest import FIXTURES, KIMI, ROOT, TINY, blueprint_of, run_factory
 from tests.manifest_records import on_disk, recording, this_run

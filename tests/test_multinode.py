@@ -22,8 +22,8 @@ import docker
 import pytest
 import yaml
 
-from factory.engine import OWNER_LABEL
-from factory.tools import compose_binary
+from factory.base.tools import compose_binary
+from factory.engine.connect import OWNER_LABEL
 from factory.validate.container import DIFFERENCES
 from factory.validate.probes import ContainerState, chat, check_models, wait_healthy
 from tests.conftest import ROOT, TINY

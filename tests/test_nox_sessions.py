@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from factory.errors import InputError
+from factory.base.errors import InputError
 from factory.project import Project
 from tests.conftest import ROOT, blueprint_of, run_factory
 

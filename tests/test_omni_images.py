@@ -16,13 +16,13 @@ import docker
 import pytest
 from packaging.version import Version
 
+from factory.base.settings import load_settings
 from factory.build.builder import BuildResult, build_image
 from factory.lock.choose import ask
-from factory.lock.model import OMNI, split_omni
 from factory.lock.omni import choose_omni, omni_refusal
+from factory.lockfile.model import OMNI, split_omni
 from factory.project import Project
 from factory.recipes.loader import load_tree
-from factory.settings import load_settings
 from factory.validate.runner import validate_image
 from factory.validate.static import check_serve_args
 from tests.conftest import KIMI, ROOT, SD35, blueprint_of, recipes_tree, run_factory, small_recipe

@@ -9,7 +9,7 @@ from typing import cast
 
 import pytest
 
-from factory.engine import EngineFacts
+from factory.engine.connect import EngineFacts
 from factory.project import Project
 from factory.validate import checklist
 from factory.validate.checklist import Decision, Outcome, Target

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from factory.errors import InputError
+from factory.base.errors import InputError
 from factory.project import Project
 from factory.publish.publisher import expand_tags
 from factory.publish.registry import Credentials, manifest_digest

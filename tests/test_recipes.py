@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from factory.errors import InputError, RefusedError
+from factory.base.errors import InputError, RefusedError
 from factory.lock.pins import pinned_vllm
 from factory.project import Project
 from factory.recipes.loader import load_tree

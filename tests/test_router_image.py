@@ -21,10 +21,10 @@ import pytest
 import requests
 import yaml
 
-from factory.blueprint import plan_recipe
+from factory.base.errors import InputError
 from factory.build.builder import BuildResult
-from factory.engine import OWNER_LABEL
-from factory.errors import InputError
+from factory.engine.connect import OWNER_LABEL
+from factory.generate.blueprint import plan_recipe
 from factory.plan.models import Deployment
 from factory.plan.runspec import RunSpec
 from factory.project import Project
@@ -113,8 +113,8 @@ def test_a_hand_edited_router_set_is_refused(project: Project, tmp_path: Path) -
 @pytest.fixture(scope="session")
 def router_built(project: Project, docker_client: docker.DockerClient) -> BuildResult:
     """The router image, built once per run through the factory's BuildKit path."""
+    from factory.base.settings import load_settings
     from factory.router.build import build_router
-    from factory.settings import load_settings
 
     return build_router(project, load_settings(ROOT))
 
@@ -351,7 +351,7 @@ def test_without_a_locked_router_the_router_file_still_parses_and_asks_for_an_im
     """Before `factory lock` locked the router, the file names the setting, with why, and Compose reads it."""
     import subprocess
 
-    from factory.tools import compose_binary
+    from factory.base.tools import compose_binary
 
     unlocked = replace(project, lock_path=tmp_path / "lock" / "vllm.lock.json")
     assert router_image(unlocked) is None

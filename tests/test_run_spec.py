@@ -20,14 +20,14 @@ import docker
 import pytest
 import yaml
 
-from factory.blueprint import plan_recipe, select
+from factory.base.tools import compose_binary
 from factory.catalog.schema import GpuRequest, PodRequests, Secret, Volume
+from factory.generate.blueprint import plan_recipe, select
 from factory.plan.models import Deployment
 from factory.plan.runspec import FromIndex, RunSpec
 from factory.project import Project, load_project
 from factory.render import compose, docker_run, kubernetes
-from factory.show import docker_run as show_docker_run
-from factory.tools import compose_binary
+from factory.report.show import docker_run as show_docker_run
 from factory.validate import container
 from tests.conftest import ROOT, TINY, blueprint_of, recipes_tree, small_recipe
 

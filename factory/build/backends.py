@@ -18,12 +18,12 @@ from typing import IO
 import yaml
 from packaging.version import InvalidVersion, Version
 
+from factory.base.errors import DockerError
+from factory.base.tools import compose_binary
 from factory.build import network
 from factory.build.context import StagedContext
 from factory.build.progress import BuildLog
-from factory.errors import DockerError
-from factory.live import BuildProgress
-from factory.tools import compose_binary
+from factory.engine.progress import BuildProgress
 
 
 def docker_cli() -> str:

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from factory.blueprint import Blueprint
-from factory.errors import InputError
+from factory.base.errors import InputError
+from factory.base.settings import BuildSettings, Network
+from factory.generate.blueprint import Blueprint
+from factory.generate.writer import difference
 from factory.plan.models import ImagePlan
-from factory.settings import BuildSettings, Network
-from factory.writer import difference
 
 
 class BuildTarget(Protocol):

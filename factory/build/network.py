@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from packaging.version import Version
 
-from factory.errors import DockerError
-from factory.settings import Network
+from factory.base.errors import DockerError
+from factory.base.settings import Network
 
 DEFAULT: Network = "default"
 # What buildx calls the privilege of a build that shares the host's network.

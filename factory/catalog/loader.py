@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Collection
 from pathlib import Path
 
+from factory.base.errors import InputError
+from factory.base.models import Strict
+from factory.base.yamlfile import load_model
 from factory.catalog.schema import Catalog, DeviationRule
-from factory.errors import InputError
-from factory.models_base import Strict
-from factory.yamlfile import load_model
 
 
 class _Deviations(Strict):

@@ -8,7 +8,7 @@ from typing import Literal
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from factory.models_base import Count, Port, Strict
+from factory.base.models import Count, Port, Strict
 
 Platform = Literal["linux/amd64", "linux/arm64"]
 

@@ -7,9 +7,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from factory.base.errors import FactoryError
 from factory.cli.parser import build_parser
-from factory.errors import FactoryError
-from factory.leftovers import unwind_on_termination
+from factory.engine.leftovers import unwind_on_termination
 from factory.project import find_root, load_project
 
 

@@ -11,7 +11,7 @@ from factory.project import Project
 
 
 def cmd_generate(project: Project, args: argparse.Namespace) -> int:
-    from factory.generate import generate, lock_problems
+    from factory.generate.run import generate, lock_problems
     from factory.recipes.ignored import summary as ignored_summary
 
     result = generate(project, check=args.check, nodes=args.nodes)
@@ -48,8 +48,8 @@ def cmd_generate(project: Project, args: argparse.Namespace) -> int:
 def cmd_renderings(project: Project, args: argparse.Namespace) -> int:
     import json
 
-    from factory.blueprint import plan_project
-    from factory.renderings import all_renderings
+    from factory.generate.blueprint import plan_project
+    from factory.report.renderings import all_renderings
 
     blueprints = plan_project(project, args.nodes)
     for line in all_renderings(blueprints):
@@ -58,9 +58,9 @@ def cmd_renderings(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_conformance(project: Project, args: argparse.Namespace) -> int:
-    from factory.blueprint import plan_project
-    from factory.conformance import compare, oracle_renderings
-    from factory.renderings import all_renderings
+    from factory.generate.blueprint import plan_project
+    from factory.report.conformance import compare, oracle_renderings
+    from factory.report.renderings import all_renderings
 
     comparison = compare(oracle_renderings(args.oracle), all_renderings(plan_project(project)))
     say(comparison.table())
@@ -71,8 +71,8 @@ def cmd_conformance(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_show(project: Project, args: argparse.Namespace) -> int:
-    from factory.blueprint import choose_deployment
-    from factory.show import render_show
+    from factory.generate.blueprint import choose_deployment
+    from factory.report.show import render_show
 
     blueprint, deployment = choose_deployment(
         project, args.model, args.hardware, args.strategy, args.variant, args.nodes
@@ -85,7 +85,7 @@ def cmd_show(project: Project, args: argparse.Namespace) -> int:
     if args.json:
         import json
 
-        from factory.renderings import rendering
+        from factory.report.renderings import rendering
 
         say(json.dumps(rendering(blueprint, deployment), ensure_ascii=False))
         return 0
@@ -96,7 +96,7 @@ def cmd_show(project: Project, args: argparse.Namespace) -> int:
 def cmd_list(project: Project, args: argparse.Namespace) -> int:
     from collections import Counter
 
-    from factory.blueprint import plan_project
+    from factory.generate.blueprint import plan_project
 
     blueprints = plan_project(project)
     causes: Counter[str] = Counter()
@@ -134,10 +134,10 @@ def cmd_list(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_matrix(project: Project, args: argparse.Namespace) -> int:
-    from factory.blueprint import plan_project
-    from factory.engine import connect
-    from factory.errors import DockerError
-    from factory.matrix import LintCache, coverage, hadolint, hadolint_tool, write_matrix
+    from factory.base.errors import DockerError
+    from factory.engine.connect import connect
+    from factory.generate.blueprint import plan_project
+    from factory.report.matrix import LintCache, coverage, hadolint, hadolint_tool, write_matrix
 
     blueprints = plan_project(project)
     try:
@@ -158,8 +158,8 @@ def cmd_matrix(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_lock(project: Project, args: argparse.Namespace) -> int:
-    from factory.locker import lock
-    from factory.settings import load_settings
+    from factory.base.settings import load_settings
+    from factory.lock.locker import lock
 
     upgrade = args.upgrade if args.upgrade != "" else "*"
     result = lock(project, load_settings(project.root), upgrade, report=say, refresh=args.refresh)
@@ -181,7 +181,7 @@ def cmd_lock(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_testbench_settings(project: Project, args: argparse.Namespace) -> int:
-    from factory.settings import write_testbench_settings
+    from factory.base.settings import write_testbench_settings
 
     write_testbench_settings(args.output, args.base_image)
     say(f"wrote {args.output}")

@@ -11,12 +11,12 @@ from factory.cli.output import say, warn
 from factory.project import Project
 
 if TYPE_CHECKING:
-    from factory.blueprint import Blueprint
+    from factory.generate.blueprint import Blueprint
 
 
 def cmd_check_args(project: Project, args: argparse.Namespace) -> int:
-    from factory.blueprint import plan_project
-    from factory.engine import connect
+    from factory.engine.connect import connect
+    from factory.generate.blueprint import plan_project
     from factory.validate.check_args import check_all
 
     checks = check_all(connect(), plan_project(project).images)
@@ -42,7 +42,7 @@ def cmd_check_args(project: Project, args: argparse.Namespace) -> int:
 
 
 def _selected(project: Project, args: argparse.Namespace) -> list[Blueprint]:
-    from factory.blueprint import select
+    from factory.generate.blueprint import select
 
     model = args.model or project.catalog.build_recipe(args.hardware)
     return select(project, model, args.hardware, args.variant)
@@ -54,8 +54,8 @@ def _build_flags(args: argparse.Namespace) -> dict[str, object]:
 
 
 def cmd_build(project: Project, args: argparse.Namespace) -> int:
+    from factory.base.settings import load_settings
     from factory.build.builder import build_image, summary, write_report
-    from factory.settings import load_settings
 
     settings = load_settings(project.root, _build_flags(args))
     results = []
@@ -78,9 +78,9 @@ def cmd_build(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_build_router(project: Project, args: argparse.Namespace) -> int:
+    from factory.base.settings import load_settings
     from factory.build.builder import summary, write_report
     from factory.router.build import build_router
-    from factory.settings import load_settings
 
     settings = load_settings(project.root, _build_flags(args))
     result = build_router(project, settings, backend=args.backend, echo=args.verbose, report=say)
@@ -110,9 +110,9 @@ def cmd_validate(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_publish(project: Project, args: argparse.Namespace) -> int:
-    from factory.lock.published import record_file
+    from factory.base.settings import registry_of
+    from factory.lockfile.published import record_file
     from factory.publish.publisher import publish_image, record_publish, write_publish_report
-    from factory.settings import registry_of
 
     registry = registry_of(project.root, args.registry)
     record = record_file(project.lock_path)
@@ -146,9 +146,9 @@ def cmd_sbom(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_publish_platforms(project: Project, args: argparse.Namespace) -> int:
-    from factory.blueprint import plan_project
+    from factory.base.settings import registry_of
+    from factory.generate.blueprint import plan_project
     from factory.publish.platforms import publish_platform_groups, recipe_groups
-    from factory.settings import registry_of
 
     registry = registry_of(project.root, args.registry)
     loaded = project.tree.recipe(args.model)

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any, get_args
 
+from factory.base.settings import Network
 from factory.cli.files import (
     cmd_conformance,
     cmd_generate,
@@ -25,7 +26,6 @@ from factory.cli.images import (
     cmd_sbom,
     cmd_validate,
 )
-from factory.settings import Network
 
 DESCRIPTION = (
     "The `factory` command: parses arguments, calls the package, prints what it returns. It decides nothing."

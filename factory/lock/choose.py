@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from packaging.version import InvalidVersion, Version
 
 from factory.catalog.schema import Catalog, Install
-from factory.lock.model import NIGHTLY_ONLY, NO_CITED_SOURCE, NO_RELEASE, Release
 from factory.lock.pins import pinned_vllm
+from factory.lockfile.model import NIGHTLY_ONLY, NO_CITED_SOURCE, NO_RELEASE, Release
 from factory.recipes.loader import LoadedRecipe
 
 # A tag that names a release: v0.22.1, 0.22.1, v0.22.1-cu130 (a tag such as latest or nightly names none).

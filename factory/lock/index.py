@@ -21,7 +21,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from factory.errors import FactoryError
+from factory.base.errors import FactoryError
 
 _AVAILABLE = re.compile(r"^Available versions:\s*(?P<versions>.+)$", re.MULTILINE)
 _FROM = re.compile(r"^\s+# from (?P<url>\S+)\n", re.MULTILINE)  # uv's --emit-index-annotation line

@@ -8,7 +8,7 @@ from packaging.version import Version
 
 from factory.catalog.schema import Catalog, Install
 from factory.lock.choose import Ask, choose
-from factory.lock.model import OMNI, Release
+from factory.lockfile.model import OMNI, Release
 
 
 def omni_refusal(

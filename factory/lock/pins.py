@@ -6,8 +6,8 @@ import re
 
 from packaging.version import InvalidVersion, Version
 
+from factory.base.errors import InputError, RefusedError
 from factory.catalog.schema import Catalog
-from factory.errors import InputError, RefusedError
 from factory.recipes.loader import LoadedRecipe
 
 # `uv pip install vllm==0.11.2 --torch-backend auto` and the like: the pin is `vllm==<version>`.

@@ -12,13 +12,22 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from factory.base.reporter import Reporter
+from factory.base.settings import BuildSettings
 from factory.catalog.schema import Catalog, Install
 from factory.lock import index
-from factory.lock.model import OMNI, UV_PYTHON, Lock, LockedSet, cuda_version, heavy_packages, set_key, uv_key
 from factory.lock.omni import omni_refusal
-from factory.lock.store import set_text
-from factory.reporter import Reporter
-from factory.settings import BuildSettings
+from factory.lockfile.model import (
+    OMNI,
+    UV_PYTHON,
+    Lock,
+    LockedSet,
+    cuda_version,
+    heavy_packages,
+    set_key,
+    uv_key,
+)
+from factory.lockfile.store import set_text
 
 
 @dataclass

@@ -138,7 +138,7 @@ class _Finisher:
         return node_role(name, rank, [self.weights, *flags], env, pool=pool)
 
     def path(self, rank: int, pool: str | None) -> str:
-        """The process's key path in a rendering (factory.renderings), which its edits name."""
+        """The process's key path in a rendering (factory.report.renderings), which its edits name."""
         if pool:
             return f"roles.{pool}.argv" if rank == 0 else f"roles.{pool}.node_argvs[{rank}]"
         if len(self.command.nodes) > 1:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from factory import image_paths
-from factory.lock.model import (
+from factory.base import image_paths
+from factory.lockfile.model import (
     INDEX_UNREACHABLE,
     NO_BASE_IMAGE,
     NO_CITED_SOURCE,
@@ -19,7 +19,7 @@ from factory.lock.model import (
     split_omni,
     uv_key,
 )
-from factory.lock.store import set_text
+from factory.lockfile.store import set_text
 from factory.plan import naming
 from factory.plan.models import ImageSpec, InstallSpec
 from factory.plan.runspec import health_probe

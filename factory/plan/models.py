@@ -85,7 +85,7 @@ class ImageSpec(Frozen):
     vllm_version: str | None  # None: no exact pin yet, so the image cannot be built
     install: InstallSpec | None  # None: the image cannot be built here, for `unbuildable`
     unbuildable: str | None
-    unbuildable_cause: str | None = None  # the cause in a word (factory.lock.model), for counting
+    unbuildable_cause: str | None = None  # the cause in a word (factory.lockfile.model), for counting
     # Newer releases the lock passed over for this image, each with its cause ("vllm 0.34.0 passed over on
     # linux/amd64: it requires flashinfer-python==0.7.3, which no index serves (...)").
     passed_over: list[str] = []

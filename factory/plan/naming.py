@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from factory.errors import InputError
+from factory.base.errors import InputError
 from factory.recipes.grammar import MAX_NAME, identity
 from factory.recipes.loader import LoadedRecipe
 

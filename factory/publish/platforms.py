@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from factory.errors import DockerError, InputError
+from factory.base.errors import DockerError, InputError
 from factory.plan.models import ImagePlan
 from factory.publish.registry import (
     MANIFEST_TYPES,

@@ -9,14 +9,14 @@ from pathlib import Path
 
 from docker.errors import ImageNotFound
 
-from factory.engine import connect
-from factory.errors import DockerError, InputError, RefusedError
-from factory.files import write_text_atomic
-from factory.lock.published import PublishedImage, record_published
+from factory.base.errors import DockerError, InputError, RefusedError
+from factory.base.files import write_text_atomic
+from factory.base.reporter import Reporter, silent
+from factory.engine.connect import connect
+from factory.lockfile.published import PublishedImage, record_published
 from factory.plan.models import ImagePlan
 from factory.publish.pusher import push
 from factory.publish.registry import credentials_for, manifest_digest, split_registry
-from factory.reporter import Reporter, silent
 from factory.validate.report import record_path
 
 

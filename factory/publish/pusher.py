@@ -11,9 +11,9 @@ from typing import Any
 import docker
 from docker.errors import APIError
 
-from factory.errors import DockerError
+from factory.base.errors import DockerError
+from factory.base.reporter import Reporter, silent
 from factory.publish.registry import Credentials
-from factory.reporter import Reporter, silent
 
 # Failures worth another try: the network or the registry hiccuped. Others (auth, not found) are final.
 TRANSIENT = (

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import requests
 from docker import auth
 
-from factory.errors import DockerError
+from factory.base.errors import DockerError
 
 MANIFEST_TYPES = ", ".join(
     [

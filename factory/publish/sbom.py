@@ -15,9 +15,9 @@ import docker
 from docker.errors import ImageNotFound
 
 from factory import __version__
-from factory.engine import connect
-from factory.errors import DockerError
-from factory.files import write_text_atomic
+from factory.base.errors import DockerError
+from factory.base.files import write_text_atomic
+from factory.engine.connect import connect
 from factory.plan.models import ImagePlan
 from factory.validate.static import run_in_image
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from factory.errors import InputError
+from factory.base.errors import InputError
 
 # The bundled folder is for a small self-test model: upstream ships none; the factory's tiny model has
 # 32 kB. Every generate copies it into the build context (and a 4 GB file there ran out of memory when it

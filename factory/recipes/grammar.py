@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from factory.errors import InputError
+from factory.base.errors import InputError
 
 # A name is a path segment (255 bytes on Linux, with a hardware id beside it) and a Docker tag part (128).
 MAX_NAME = 128

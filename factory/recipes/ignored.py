@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from factory.errors import InputError
+from factory.base.errors import InputError
 from factory.recipes.schema import Recipe
 
 # Names come from other people's files: shown escaped, and cut, so no key can flood or forge a line.

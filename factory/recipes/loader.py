@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from factory.errors import FactoryError, InputError
+from factory.base.errors import FactoryError, InputError
+from factory.base.yamlfile import load_model
 from factory.recipes import bundled
 from factory.recipes.grammar import check_name, check_values, identity
 from factory.recipes.ignored import IgnoredKey, extra_keys, ignored_keys, refuse
@@ -21,7 +22,6 @@ from factory.recipes.names import check_variants, refused_slugs
 from factory.recipes.references import check_references, hardware_keys, unused
 from factory.recipes.schema import Recipe
 from factory.recipes.tree_schema import KvStore, Strategy, Taxonomy
-from factory.yamlfile import load_model
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from factory.errors import InputError
+from factory.base.errors import InputError
 from factory.recipes.grammar import identity
 from factory.recipes.schema import Recipe
 

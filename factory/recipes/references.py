@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from factory.errors import InputError
+from factory.base.errors import InputError
 from factory.recipes.grammar import check_model_id, check_name, check_values
 from factory.recipes.ignored import known_data
 from factory.recipes.schema import NOT_USED, InstallSection, Recipe

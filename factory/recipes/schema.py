@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from factory.models_base import Count, Port
+from factory.base.models import Count, Port
 
 
 class Section(BaseModel):

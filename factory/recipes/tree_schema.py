@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from factory.models_base import Count, Open, Port
+from factory.base.models import Count, Open, Port
 from factory.recipes.schema import Env, Section
 
 

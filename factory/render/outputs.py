@@ -9,7 +9,7 @@ from functools import cache
 from importlib import resources
 from pathlib import Path, PurePosixPath
 
-from factory.errors import InputError
+from factory.base.errors import InputError
 from factory.plan.models import Deployment, ImagePlan, ImageSpec
 from factory.recipes import bundled
 from factory.render import compose, kubernetes

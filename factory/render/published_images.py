@@ -11,7 +11,7 @@ rewrites only that tag's image, not every image of the repository (checked with 
 
 from __future__ import annotations
 
-from factory.lock.published import PublishRecord
+from factory.lockfile.published import PublishRecord
 from factory.render import yaml_text
 from factory.render.kubernetes import IMAGES_COMPONENT
 from factory.render.outputs import BakeTarget, OutputFile

@@ -16,7 +16,7 @@ from functools import cache
 
 import jinja2
 
-from factory.image_paths import TEMPLATE_GLOBALS
+from factory.base.image_paths import TEMPLATE_GLOBALS
 from factory.plan.models import ImageSpec, image_labels
 from factory.render.yaml_text import scalar
 

@@ -9,15 +9,15 @@ import time
 import uuid
 from pathlib import Path
 
+from factory.base.errors import InputError
+from factory.base.reporter import Reporter, silent
+from factory.base.settings import BuildSettings
 from factory.build.backends import run_build
 from factory.build.builder import BuildResult, choose_backend, tag_built, untag
 from factory.build.context import StagedContext, stage_secrets
-from factory.engine import connect, engine_facts
-from factory.errors import InputError
+from factory.engine.connect import connect, engine_facts
 from factory.project import Project
-from factory.reporter import Reporter, silent
 from factory.router.image import RouterImage, router_files, router_image
-from factory.settings import BuildSettings
 
 
 def locked_router(project: Project) -> RouterImage:

@@ -9,12 +9,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from factory.errors import InputError
-from factory.files import write_text_atomic
+from factory.base.errors import InputError
+from factory.base.files import write_text_atomic
+from factory.base.reporter import Reporter, silent
+from factory.base.yamlfile import load_json_model
 from factory.lock import index
 from factory.project import Project
-from factory.reporter import Reporter, silent
-from factory.yamlfile import load_json_model
 
 PACKAGE = "vllm-router"
 FOLDER = "router"

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
-from factory.live import Countdown
+from factory.engine.progress import Countdown
 from factory.validate.container import Started
 from factory.validate.offer import Offer, tasks_of
 from factory.validate.probes import ProbeFailure, chat, check_models, embeddings, wait_healthy

@@ -22,7 +22,7 @@ os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 from docker.types import DeviceRequest, Ulimit
 from testcontainers.core.container import DockerContainer
 
-from factory.leftovers import PID_LABEL, labels, remove_labelled
+from factory.engine.leftovers import PID_LABEL, labels, remove_labelled
 from factory.plan.runspec import RunSpec
 from factory.plan.settings import host_value
 from factory.validate.probes import ContainerState

@@ -10,7 +10,7 @@ from typing import Any
 
 import requests
 
-from factory.errors import FactoryError
+from factory.base.errors import FactoryError
 
 CHAT_MESSAGE = "Say hello in one short sentence."
 

@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from factory.files import write_text_atomic
+from factory.base.files import write_text_atomic
 
 
 @dataclass(frozen=True)

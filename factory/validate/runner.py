@@ -11,13 +11,13 @@ from typing import TextIO
 import docker
 from docker.errors import ImageNotFound
 
-from factory.blueprint import Blueprint
-from factory.engine import connect, engine_facts
-from factory.errors import DockerError
-from factory.leftovers import sweep
+from factory.base.errors import DockerError
+from factory.base.reporter import Reporter, silent
+from factory.engine.connect import connect, engine_facts
+from factory.engine.leftovers import sweep
+from factory.generate.blueprint import Blueprint
 from factory.plan.models import Deployment, ImagePlan
 from factory.render import compose
-from factory.reporter import Reporter, silent
 from factory.validate import checklist, static
 from factory.validate.checklist import Decision, Target
 from factory.validate.container import DIFFERENCES, running

@@ -10,8 +10,8 @@ from typing import Any
 
 import docker
 
-from factory import image_paths
-from factory.leftovers import labels
+from factory.base import image_paths
+from factory.engine.leftovers import labels
 from factory.plan.models import Deployment, ImagePlan
 from factory.plan.settings import example_value
 from factory.render import compose

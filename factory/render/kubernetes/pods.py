@@ -8,7 +8,7 @@ import math
 import re
 from typing import Any
 
-from factory.errors import InputError
+from factory.base.errors import InputError
 from factory.plan.models import Deployment
 from factory.plan.runspec import RunSpec, Value
 from factory.render.kubernetes.names import object_name

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from factory.errors import InputError
+from factory.base.errors import InputError
 from factory.plan.models import Deployment
 from factory.plan.runspec import FromIndex, ProcessGroup, RunSpec, Value
 from factory.plan.settings import PLACEHOLDER, known_setting

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import factory
-from factory.files import write_text_atomic
+from factory.base.files import write_text_atomic
 from factory.project import Project
 from factory.recipes import bundled
 from factory.recipes.loader import LoadedRecipe

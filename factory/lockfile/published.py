@@ -15,10 +15,10 @@ from pathlib import Path
 
 from pydantic import Field
 
-from factory.errors import InputError
-from factory.files import write_text_atomic
-from factory.models_base import Strict
-from factory.yamlfile import load_json_model
+from factory.base.errors import InputError
+from factory.base.files import write_text_atomic
+from factory.base.models import Strict
+from factory.base.yamlfile import load_json_model
 
 RECORD_NAME = "published.json"
 COMMENT = "written by `factory publish`: what it pushed, by image reference; read by `factory generate`"

@@ -15,7 +15,7 @@ from types import FrameType
 import docker
 from docker.errors import APIError, DockerException, NotFound
 
-from factory.engine import OWNER_LABEL
+from factory.engine.connect import OWNER_LABEL
 
 PID_LABEL = "ai.vllm.factory.pid"
 HOST_LABEL = "ai.vllm.factory.host"

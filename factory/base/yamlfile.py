@@ -11,7 +11,7 @@ from typing import Any, TypeVar, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from factory.errors import InputError, shown
+from factory.base.errors import InputError, shown
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 # libyaml's parser where PyYAML was built with it (several times faster on a whole recipes tree).

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 from types import TracebackType
 
-from factory.errors import InputError
+from factory.base.errors import InputError
 from factory.render.outputs import OUTPUT_ROOTS, OutputFile
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from factory.blueprint import Blueprint, Blueprints
+from factory.generate.blueprint import Blueprint, Blueprints
 from factory.plan.models import Deployment, NodeRole, Skipped
 from factory.recipes.loader import LoadedRecipe, RecipeProblem
 from factory.synthesis.kv_store import KvCommand

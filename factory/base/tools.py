@@ -6,7 +6,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from factory.errors import DockerError
+from factory.base.errors import DockerError
 
 
 def compose_binary() -> Path:

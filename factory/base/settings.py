@@ -15,9 +15,9 @@ from typing import Literal
 
 from pydantic import Field, ValidationError
 
-from factory.errors import InputError
-from factory.files import write_text_atomic
-from factory.models_base import Strict
+from factory.base.errors import InputError
+from factory.base.files import write_text_atomic
+from factory.base.models import Strict
 
 LOCAL_SETTINGS = ".factory.local.toml"
 # The network of a build's RUN steps: BuildKit's own ("default") or the build host's ("host"), for an index

@@ -13,18 +13,18 @@ from dataclasses import dataclass, field
 
 from packaging.version import Version
 
+from factory.base.reporter import Reporter, silent
+from factory.base.settings import BuildSettings
 from factory.catalog.schema import Install
 from factory.lock import index
 from factory.lock.choose import Ask, ask, choose, recipe_image, release_of
 from factory.lock.installable import Answers, first_installable
-from factory.lock.model import Lock, LockedSet, PassedOver, Release, set_key
 from factory.lock.omni import choose_omni
 from factory.lock.sets import LockPlace, SetBook, install_sources, missing_of, uv_sets
-from factory.lock.store import inputs_digest, write_lock
+from factory.lockfile.model import Lock, LockedSet, PassedOver, Release, set_key
+from factory.lockfile.store import inputs_digest, write_lock
 from factory.project import Project
 from factory.recipes.loader import LoadedRecipe
-from factory.reporter import Reporter, silent
-from factory.settings import BuildSettings
 from factory.synthesis.matrix import hardware_for
 
 

@@ -5,7 +5,7 @@ the factory does not use."""
 
 from __future__ import annotations
 
-from factory.blueprint import Blueprint
+from factory.generate.blueprint import Blueprint
 from factory.plan.models import Deployment, ImagePlan, NodeRole
 from factory.plan.settings import setting
 from factory.render import compose

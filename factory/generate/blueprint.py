@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from factory.base.errors import FactoryError, InputError
 from factory.catalog.schema import Server, Vendor
-from factory.errors import FactoryError, InputError
-from factory.lock.model import Release
 from factory.lock.pins import pinned_vllm
+from factory.lockfile.model import Release
 from factory.plan.deployments import PlannedCommands, common_env, default_command, plan_commands
 from factory.plan.images import locked_release, plan_image_spec, weights_of
 from factory.plan.models import Deployment, ImagePlan, Skipped

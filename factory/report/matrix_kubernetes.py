@@ -1,5 +1,6 @@
 """The matrix's Kubernetes column: per row, whether each deployment's manifests were generated (and are
-current on disk), and whether a recorded test run checked exactly those bytes (factory/manifest_records.py).
+current on disk), and whether a recorded test run checked exactly those bytes
+(factory/report/manifest_records.py).
 
 "checked" is never inferred from which tree the manifests belong to: the tests that check manifests
 (tests/test_kubernetes.py offline, tests/test_control_plane.py on a control plane) record the digest of
@@ -15,12 +16,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from factory.blueprint import Blueprint
-from factory.manifest_records import ManifestCheckRecord, folder_digest
+from factory.generate.blueprint import Blueprint
+from factory.generate.writer import difference
 from factory.plan.models import Deployment
 from factory.render import kubernetes
 from factory.render.outputs import OutputFile
-from factory.writer import difference
+from factory.report.manifest_records import ManifestCheckRecord, folder_digest
 
 KINDS = {"single_node": "Deployment", "multi_node": "LeaderWorkerSet", "pd_cluster": "prefill/decode"}
 # A deployment's state, in the order the cell names them.

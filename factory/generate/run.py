@@ -2,7 +2,7 @@
 
 A recipe that could not be planned is that recipe's problem: it keeps the files (and bake targets) it
 generated before, recorded in the committed manifest, while every other recipe is regenerated. A recipe
-whose inputs did not change since the last run is not planned again (factory.memory), as long as its
+whose inputs did not change since the last run is not planned again (factory.generate.memory), as long as its
 files are still on disk as they were written.
 """
 
@@ -14,11 +14,9 @@ from dataclasses import asdict, dataclass, field
 from json.encoder import encode_basestring_ascii
 from pathlib import Path, PurePosixPath
 
-from factory.blueprint import RecipePlan, plan_recipe
-from factory.errors import FactoryError
-from factory.lock.published import read_record, record_file
-from factory.lock.store import inputs_digest
-from factory.memory import (
+from factory.base.errors import FactoryError
+from factory.generate.blueprint import RecipePlan, plan_recipe
+from factory.generate.memory import (
     Remembered,
     digest_of,
     intact,
@@ -28,12 +26,14 @@ from factory.memory import (
     stamped,
     write_memory,
 )
+from factory.generate.writer import OutputWriter, remove_extra, stale_outputs
+from factory.lockfile.published import read_record, record_file
+from factory.lockfile.store import inputs_digest
 from factory.project import Project
 from factory.recipes.loader import RecipeProblem
 from factory.render import model_cache_claim, published_images
 from factory.render.outputs import BakeTarget, OutputFile, bake_output
 from factory.router.image import router_bake_targets, router_files
-from factory.writer import OutputWriter, remove_extra, stale_outputs
 
 MANIFEST = PurePosixPath("images/.factory-manifest.json")
 

@@ -17,14 +17,14 @@ from pathlib import Path
 import docker
 from docker.errors import DockerException
 
-from factory.blueprint import Blueprint, Blueprints
-from factory.manifest_records import read_records
-from factory.matrix_kubernetes import KubernetesCell, kubernetes_cell
+from factory.base.reporter import Reporter, silent
+from factory.base.tools import hadolint_binary
+from factory.generate.blueprint import Blueprint, Blueprints
+from factory.generate.writer import difference
 from factory.plan.models import ImagePlan
 from factory.render.templating import environment
-from factory.reporter import Reporter, silent
-from factory.tools import hadolint_binary
-from factory.writer import difference
+from factory.report.manifest_records import read_records
+from factory.report.matrix_kubernetes import KubernetesCell, kubernetes_cell
 
 # Deepest last; a cell shows the deepest level its records prove.
 LEVELS = (
@@ -44,7 +44,7 @@ class Cell:
     level: str
     detail: str  # the tooltip: why it stops there, or what proved it
     link: str | None = None  # the record behind it, relative to the report folder
-    cause: str | None = None  # not buildable: the cause in a word (factory.lock.model)
+    cause: str | None = None  # not buildable: the cause in a word (factory.lockfile.model)
 
     @property
     def css(self) -> str:

@@ -7,11 +7,11 @@ import json
 from functools import cache
 from pathlib import Path
 
-from factory.errors import InputError
-from factory.files import write_text_atomic
-from factory.lock.model import Lock
+from factory.base.errors import InputError
+from factory.base.files import write_text_atomic
+from factory.base.yamlfile import load_json_model
+from factory.lockfile.model import Lock
 from factory.recipes.loader import recipe_paths
-from factory.yamlfile import load_json_model
 
 LOCK_NAME = "vllm.lock.json"
 SETS = "sets"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import re
 
-from factory.models_base import Strict
+from factory.base.models import Strict
 
 HEAVY = re.compile(r"^(torch|triton|nvidia-.*|cuda-.*|pytorch-triton.*)$")  # slow-moving, gigabytes
 _REQUIREMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==")

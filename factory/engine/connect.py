@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import docker
 from docker.errors import DockerException
 
-from factory.errors import DockerError
+from factory.base.errors import DockerError
 
 ARCH_TO_PLATFORM = {
     "x86_64": "linux/amd64",

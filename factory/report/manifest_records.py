@@ -17,9 +17,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-from factory.files import write_text_atomic
-from factory.models_base import Strict
-from factory.yamlfile import load_json_model
+from factory.base.files import write_text_atomic
+from factory.base.models import Strict
+from factory.base.yamlfile import load_json_model
 
 FOLDER = "manifest-checks"  # under the reports folder
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
