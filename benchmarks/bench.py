@@ -43,6 +43,7 @@ from factory.plan.models import ImagePlan
 from factory.project import Project, load_project
 from factory.publish.pusher import push
 from factory.publish.registry import MANIFEST_TYPES, api_base, registry_request
+from factory.router.lock import lock_router
 from factory.validate.container import running
 from factory.validate.probes import chat, wait_healthy
 from factory.validate.static import run_in_image
@@ -222,7 +223,11 @@ def corpus_figures(root: Path, upstream: Path) -> list[Figure]:
     of ROUNDS rounds, and the ratio taken round by round."""
     with tempfile.TemporaryDirectory(prefix="factory-corpus-") as folder:
         seed = Path(folder) / "seed"
-        lock(load_project(root, upstream, seed), load_settings(root))  # not timed: it asks the package index
+        # Locked as `factory lock` locks it, the PD router included (without it no prefill/decode
+        # deployment gets manifests): not timed, it asks the package index.
+        project = load_project(root, upstream, seed)
+        lock(project, load_settings(root))
+        lock_router(project)
         timings: dict[tuple[str, bool], list[float]] = {}
         counts: dict[bool, int] = {}
         for round_number, manifests in itertools.product(range(ROUNDS), (True, False)):

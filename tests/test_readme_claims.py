@@ -1,12 +1,14 @@
 """README claims that no other test touched: bad shared input stops the run, a 5xx health answer fails at
-once, the JUnit report's content, `--tag` templates, and the bearer-token login of hosted registries.
-The HTTP servers here are real (on loopback) and stand in for what cannot exist on this machine: a vLLM
-server that answers 500, and ghcr.io's token service."""
+once, the JUnit report's content, `--tag` templates, and the bearer-token login of hosted registries; and
+the README itself: each figure stated once, in its Figures section. The HTTP servers here are real (on
+loopback) and stand in for what cannot exist on this machine: a vLLM server that answers 500, and ghcr.io's
+token service."""
 
 from __future__ import annotations
 
 import base64
 import json
+import re
 import threading
 import time
 import xml.etree.ElementTree as ET
@@ -22,7 +24,7 @@ from factory.publish.publisher import expand_tags
 from factory.publish.registry import Credentials, manifest_digest
 from factory.validate.probes import ContainerState, ProbeFailure, wait_healthy
 from factory.validate.report import ValidationReport, write_junit
-from tests.conftest import KIMI, blueprint_of, run_factory, tree_snapshot
+from tests.conftest import KIMI, ROOT, blueprint_of, run_factory, tree_snapshot
 
 Handler = Callable[[BaseHTTPRequestHandler], None]
 
@@ -171,3 +173,118 @@ def test_a_registry_that_asks_for_a_bearer_token_gets_one_from_its_token_service
     digest = manifest_digest(f"{address}/team", "x", "t1", Credentials("me", "secret"))
     assert digest == "sha256:" + "a" * 64
     assert seen == ["/v2/team/x/manifests/t1 Basic", "/token Basic", "/v2/team/x/manifests/t1 Bearer"]
+
+
+# ---- the README's figures: each has one home, its Figures section ----
+
+NUMBER = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
+# a number and the unit after it: "1,905 images", "30.3 s", "1.15x", "6.72 %", "101 `vllm-omni`"
+COUNT = re.compile(rf"(?<![\w.,/-])({NUMBER})(?![\d,]\d|\.\d)\s?`?([A-Za-z%][\w/+-]*)")
+# Units of measure name no figure by themselves ("939 s" is no lock time); a noun such as "Dockerfiles" does.
+MEASURES = {"s", "ms", "min", "GB", "MB", "KB", "GiB", "MiB", "KiB", "%", "x"}
+WORDS = {"a", "and", "by", "for", "from", "in", "of", "on", "or", "the", "to", "vs", "with"}  # never units
+NOT_VALUES = {"figure", "date", "goal", "made by"}  # the columns of a Figures table that hold no value
+
+
+def _figures_section(text: str) -> tuple[str, str]:
+    """The README's Figures section (to the next `## ` heading; its subsections included) and the rest."""
+    found = re.search(r"^## Figures\n.*?(?=^## )", text, flags=re.S | re.M)
+    assert found, "the README has no `## Figures` section"
+    return found[0], text[: found.start()] + text[found.end() :]
+
+
+def _tables(section: str) -> list[list[dict[str, str]]]:
+    """Each Markdown table of a section as rows keyed by the table's header."""
+    tables = []
+    for block in re.findall(r"(?:^\|.*\n)+", section, flags=re.M):
+        lines = [[cell.strip() for cell in line.strip(" |").split(" | ")] for line in block.splitlines()]
+        tables.append([dict(zip(lines[0], row, strict=True)) for row in lines[2:]])
+    return tables
+
+
+def _counts(text: str) -> list[tuple[str, str]]:
+    """Each number of a text with its unit, as "1,905" and "image" (plural and singular alike)."""
+    return [(value, unit.rstrip("s") or unit) for value, unit in COUNT.findall(text) if unit not in WORDS]
+
+
+def _number(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def _spellings(value: str) -> set[str]:
+    """How a value may be written again: as is, without its thousands commas, and rounded once
+    (10.87 as 10.9, 46,378 as 46,000)."""
+    spellings = {value, value.replace(",", "")}
+    if "." in value and len(value.split(".")[1]) > 1:
+        places = len(value.split(".")[1]) - 1
+        spellings.add(f"{_number(value):.{places}f}")
+    elif "." not in value and _number(value) >= 10_000:
+        spellings.add(f"{round(_number(value), -3):,.0f}")
+    return spellings
+
+
+def _sentences(text: str) -> list[str]:
+    """Sentences, with each table row one of its own."""
+    parts = re.split(r"\n\s*\n|\n(?=\|)|(?<=\.)\s+(?=[A-Z`*(])", text)
+    return [" ".join(part.split()) for part in parts]
+
+
+def figure_problems(text: str) -> list[str]:
+    """What makes a figure of the README's Figures section have more than one home: its value written again
+    elsewhere (within three words of its unit), or another value written with its unit outside a sentence
+    that says what it was `before` a change (the one place history may hold an older value)."""
+    section, rest = _figures_section(text)
+    problems: list[str] = []
+    values: dict[str, set[str]] = {}  # unit -> every spelling of its figures' values
+    headlines: set[str] = set()  # the unit of each row's first value, which names that figure
+    for table in _tables(section):
+        names = [next(iter(row.values())) for row in table]
+        problems += [f"Figures: {name!r} is a row twice" for name in set(names) if names.count(name) > 1]
+        for row in table:
+            name = next(iter(row.values()))
+            if "date" in row and not re.search(r"\d{4}-\d{2}-\d{2}", row["date"]):
+                problems.append(f"Figures: {name!r} says no date")
+            if "made by" in row and not row["made by"]:
+                problems.append(f"Figures: {name!r} says nothing of what makes it")
+            cells = [cell for column, cell in row.items() if column not in NOT_VALUES and cell != name]
+            counts = _counts(" ".join(cells))
+            headlines.update(unit for _, unit in counts[:1] if unit not in MEASURES)
+            for value, unit in counts:
+                values.setdefault(unit, set()).update(_spellings(value))
+    for sentence in _sentences(rest):
+        for value, unit in _counts(sentence):
+            if value in values.get(unit, ()) and _number(value) >= 10:
+                problems.append(f"stated again outside Figures: {value} {unit}: {sentence[:160]}")
+            elif unit in headlines and _number(value) >= 100 and "before" not in sentence.lower():
+                problems.append(f"another value for a figure ({value} {unit}): {sentence[:160]}")
+        for key, spellings in values.items():
+            for value in spellings if key not in MEASURES else ():
+                words = r"(?:\W+\w+){1,3}?\W+`?"  # "1,905 of its images"
+                near = rf"(?<![\w.,/-]){re.escape(value)}(?![\d,]\d|\.\d){words}{re.escape(key)}s?\b"
+                if _number(value) >= 100 and re.search(near, sentence):
+                    problems.append(f"stated again outside Figures: {value} ... {key}: {sentence[:160]}")
+    return sorted(set(problems))
+
+
+def test_each_figure_of_the_readme_is_stated_once_in_its_figures_section() -> None:
+    problems = figure_problems((ROOT / "README.md").read_text())
+    assert problems == [], "\n".join(problems)
+
+
+def test_a_figure_stated_again_or_with_another_value_is_found_and_history_is_not() -> None:
+    """The check itself: a row's value planted in another section is found, in its own words, rounded, or
+    changed; the same sentence about the value before a change is history and passes."""
+    text = (ROOT / "README.md").read_text()
+    section, _ = _figures_section(text)
+    row = _tables(section)[0][1]  # a count of the shared corpus, "1,905 images" or so
+    value, unit = COUNT.findall(row["value"])[0]
+    changed = f"{_number(value) + 20:,.0f}"
+
+    def planted(sentence: str) -> list[str]:
+        return figure_problems(text.replace("\n## What it does\n", f"\n## What it does\n\n{sentence}\n", 1))
+
+    assert planted(f"The corpus makes {value} {unit} today.")
+    assert planted(f"The corpus makes {value.replace(',', '')} of its {unit} today.")
+    assert planted(f"The corpus makes {changed} {unit} today.")
+    assert not planted(f"The corpus made {changed} {unit} before this change.")
+    assert not planted(f"The corpus makes its {unit} (see Figures).")
