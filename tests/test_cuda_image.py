@@ -49,7 +49,9 @@ def test_h200_static_checks_pass_and_gpu_probes_are_reported_not_run(
     report = validate_image(kimi(project, "h200"), tmp_path)
     static = [case for case in report.cases if case.name.startswith("static:")]
     assert static and all(case.status == "passed" for case in static), static
-    parsed = [case.name for case in static if case.name.startswith("static:serve-args:compose/")]
+    # each process named by its deployment and role, not by a file of one format
+    prefix = "static:serve-args:kimi-linear-48b-a3b-instruct.h200-default."
+    parsed = [case.name for case in static if case.name.startswith(prefix)]
     assert len(parsed) == 9, "single node + 2 nodes for each of the 4 multi-node strategies"
     live = [case for case in report.cases if case.name.startswith("live:")]
     assert live and all(case.status == "skipped" and "NVIDIA" in case.detail for case in live)

@@ -287,7 +287,7 @@ def test_the_cuda_omni_image_holds_the_locked_releases_and_vllm_omnis_parser_tak
     parsed = [name for name in static if name.startswith("static:serve-args:")]
     assert parsed == [
         "static:serve-args:image-default",
-        "static:serve-args:compose/stable-diffusion-3.5/h100-default/omni-t2i/compose.yaml",
+        "static:serve-args:stable-diffusion-3.5.h100-default.omni-t2i/node",
     ]
     assert all(static[name].detail == "accepted by vllm-omni's parser" for name in parsed)
     live = [case for case in report.cases if case.name.startswith("live:")]

@@ -14,6 +14,7 @@ from factory.base.errors import FactoryError, InputError
 from factory.catalog.schema import Server, Vendor
 from factory.lock.pins import pinned_vllm
 from factory.lockfile.model import Release
+from factory.plan import naming
 from factory.plan.deployments import PlannedCommands, common_env, default_command, plan_commands
 from factory.plan.images import locked_release, plan_image_spec, weights_of
 from factory.plan.models import Deployment, ImagePlan, Skipped
@@ -243,7 +244,7 @@ def _deployment(
         router_image=_router(project) if planned.deploy_type == "pd_cluster" else ROUTER_IMAGE,
         host_network=host_network,
         platforms=(image.platform, ROUTER_PLATFORM),
-        deployment=f"{image.slug}.{image.hardware}-{image.variant}.{combo.strategy}",
+        deployment=naming.deployment_name(image.slug, image.hardware, image.variant, combo.strategy),
     )
     return Deployment(
         image=image,

@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from factory.catalog.schema import Vendor
+from factory.plan import naming
 from factory.plan.runspec import HealthProbe, ProcessGroup, RunSpec, value_at
 from factory.synthesis import options
 from factory.synthesis.options import ServeOptions, Value, as_value
@@ -261,6 +262,16 @@ class Deployment(Frozen):
     deviations: list[Deviation]
     recommended: bool  # the strategy the recipes site recommends on this hardware
     run: tuple[ProcessGroup, ...]  # how every process runs: what each format prints
+
+    @property
+    def name(self) -> str:
+        """Its name in every format and report (its containers carry it as a label)."""
+        image = self.image
+        return naming.deployment_name(image.slug, image.hardware, image.variant, self.strategy)
+
+    def process_name(self, role: NodeRole) -> str:
+        """One process of it, as validation and its reports name it: <deployment>/<role>."""
+        return f"{self.name}/{role.name}"
 
     def role_title(self, role: NodeRole) -> str:
         if len(self.roles) == 1:

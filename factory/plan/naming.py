@@ -20,6 +20,12 @@ PATH_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
 TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 
+def deployment_name(image_slug: str, hardware: str, variant: str, strategy: str) -> str:
+    """A deployment's name, the same in every format (its containers' label, validation's cases):
+    <slug>.<hardware>-<variant>.<strategy>, one per strategy of an image."""
+    return f"{image_slug}.{hardware}-{variant}.{strategy}"
+
+
 def slug(loaded: LoadedRecipe, model_id: str) -> str:
     """The recipe's own slug, else the last part of the served model's id; lower-cased, then checked."""
     given = loaded.recipe.meta.slug

@@ -95,7 +95,9 @@ def _live_probes(
     image = blueprint.image
     report.gpu_probes_run = True
     spec = deployment.spec(deployment.roles[0])
-    report.started = f"{compose.path(deployment, deployment.roles[0])}, as shipped except: " + "; ".join(
+    role = deployment.roles[0]
+    shipped = f"the container {compose.path(deployment, role)} ships"
+    report.started = f"{deployment.process_name(role)} ({shipped}), as shipped except: " + "; ".join(
         f"{d.field}: {d.what}" for d in DIFFERENCES if d.field != "network"
     )
     cache = Path(tempfile.mkdtemp(prefix="factory-validate-cache-"))

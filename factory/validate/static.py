@@ -14,7 +14,6 @@ from factory.base import image_paths
 from factory.engine.leftovers import labels
 from factory.plan.models import Deployment, ImagePlan
 from factory.plan.settings import example_value
-from factory.render import compose
 
 # Values for settings without a default, when a node's command is only parsed, never run.
 EXAMPLE_SETTINGS = {"IFACE_NAME": "eth0", "RENDER_GID": "109"}
@@ -117,7 +116,7 @@ def argv_sets(image: ImagePlan, composes: list[Deployment]) -> dict[str, list[st
         for role in plan.roles:
             if role.program == "vllm":
                 args = [example_value(arg, EXAMPLE_SETTINGS) for arg in role.words]
-                sets[str(compose.path(plan, role))] = args
+                sets[plan.process_name(role)] = args
     return sets
 
 
