@@ -134,6 +134,25 @@ class PodRequests(Strict):
     why: str = ""
 
 
+class Mooncake(Strict):
+    """How this vendor's images get Mooncake (the KV store of the recipes' kv_store deployments)."""
+
+    # Which of a kv_store file's per-brand install lines its images take: `nvidia` (the CUDA wheel), `amd`
+    # (the non-CUDA wheel).
+    install: Literal["nvidia", "amd"]
+    # The site renders KV-store deployments on scalable NVIDIA and AMD hardware only; a vendor marked here
+    # gets them from the factory too (the CPU target: to run the store here), the site having no page.
+    factory_renders: bool = False
+    # Values that replace the kv_store files' config values on this vendor's hardware (the CPU target has no
+    # RDMA: protocol tcp; segments that fit a test machine).
+    # (global_segment_size is replaced only where the file's is a size: an instance of the centralized
+    # topology must give 0, the store service owning the pool.)
+    config: dict[str, str | int | bool] = {}
+    store_config: dict[str, str | int | bool] = {}
+    system_packages: list[str] = []  # what the wheel's libraries load (ibverbs) and the base lacks
+    sources: list[str] = []
+
+
 class Vendor(Strict):
     """What a container needs to see this vendor's GPUs. One home for it: the compose files, `factory show`'s
     `docker run` and validation's containers all read it from here."""
@@ -150,6 +169,7 @@ class Vendor(Strict):
     # The resource its Kubernetes device plugin advertises (a pod asks for its GPUs by it); None: no GPUs.
     kubernetes_resource: str | None = None
     pod_requests: PodRequests | None = None  # None: a pod asks for nothing (BestEffort)
+    mooncake: Mooncake | None = None  # None: no Mooncake wheel for its images (no KV-store images)
     sources: list[str] = []
 
 
@@ -205,6 +225,28 @@ class RouterProcess(Strict):
     health_path: str = "/health"
     start_period_s: Count = 60  # its own start once its workers answer
     worker_wait_default_s: Count = 600  # --worker-startup-timeout-secs' default in vllm-router 0.1.17
+    sources: list[str] = []
+
+
+class MooncakeProcess(Strict):
+    """A Mooncake process of a KV-store deployment: where it says it is ready, within how long, and what a
+    pod of it asks its node for."""
+
+    port: Port
+    health_path: str
+    start_period_s: Count
+    requests: PodRequests | None = None
+
+
+class MooncakeProcesses(Strict):
+    """The master and the store service, as Mooncake's own code runs them (read in the wheel, run here)."""
+
+    master: MooncakeProcess = MooncakeProcess(port=9003, health_path="/health", start_period_s=60)
+    store: MooncakeProcess = MooncakeProcess(
+        port=8080, health_path="/api/exist/healthcheck", start_period_s=150
+    )
+    config_dir: str = "/etc/mooncake"  # where a process's generated config template is mounted
+    filled_dir: str = "/run/mooncake"  # where it is written, filled from the process's environment
     sources: list[str] = []
 
 
@@ -303,6 +345,7 @@ class Catalog(Strict):
     indexes: dict[str, PackageIndex] = {}
     server: Server = Server()
     router: RouterProcess = RouterProcess()
+    mooncake: MooncakeProcesses = MooncakeProcesses()
     installs: dict[str, Install]
     hardware: dict[str, Hardware]
     known_bad: dict[str, list[KnownBadPin]] = {}  # model_id -> versions that break it

@@ -19,6 +19,7 @@ from factory.catalog.schema import Install
 from factory.lock import index
 from factory.lock.choose import Ask, ask, choose, recipe_image, release_of
 from factory.lock.installable import Answers, first_installable
+from factory.lock.mooncake import lock_mooncake
 from factory.lock.omni import choose_omni
 from factory.lock.sets import LockPlace, SetBook, install_sources, missing_of, uv_sets
 from factory.lockfile.model import Lock, LockedSet, PassedOver, Release, set_key
@@ -70,9 +71,12 @@ def lock(
     result.sets_resolved, result.sets_kept = book.counts.resolved, book.counts.kept
     result.unresolvable = book.counts.unresolvable
     uv_locked, uv_texts = uv_sets(place, previous, settings, report)
+    layers, layer_texts = lock_mooncake(
+        project.catalog, project.tree.kv_stores, sets, texts, previous, project.lock_path, settings, report
+    )
     new = Lock(inputs=inputs, uv=project.catalog.uv, releases=releases, sets={**sets, **uv_locked},
-               passed_over=dict(sorted(chooser.passed.items())) or None)  # fmt: skip
-    write_lock(project.lock_path, new, {**texts, **uv_texts})
+               passed_over=dict(sorted(chooser.passed.items())) or None, mooncake=layers or None)  # fmt: skip
+    write_lock(project.lock_path, new, {**texts, **uv_texts, **layer_texts})
     return result
 
 

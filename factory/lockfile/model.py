@@ -90,6 +90,18 @@ class PassedOver(Strict):
         )
 
 
+class MooncakeSet(Strict):
+    """The Mooncake wheel (and what it needs that the vLLM set lacks), resolved against one locked vLLM set's
+    pins: a KV-store image installs it in a layer of its own after vLLM's, every layer below shared."""
+
+    requirement: str  # what the kv_store files ask: mooncake-transfer-engine>=0.3.10
+    on: str  # the key of the vLLM set whose pins constrained it
+    version: str | None = None  # the Mooncake release resolved
+    requirements: str | None = None  # the layer's file (pins and hashes), relative to the lock's folder
+    digest: str | None = None
+    unresolvable: str | None = None
+
+
 class Lock(Strict):
     comment: str = "DO NOT EDIT: written by `factory lock`; move versions with `factory lock --upgrade`"
     inputs: str  # the digest of the recipes and the catalog the lock was made from
@@ -97,6 +109,7 @@ class Lock(Strict):
     releases: dict[str, dict[str, dict[str, Release]]] = {}  # recipe -> variant -> install -> release
     sets: dict[str, LockedSet] = {}
     passed_over: dict[str, PassedOver] | None = None  # set key -> why that release was not chosen
+    mooncake: dict[str, MooncakeSet] | None = None  # mooncake_key -> the Mooncake layer of KV-store images
 
 
 UV_PYTHON = "3.11"  # uv's wheels are one binary for every Python; the resolver needs one to aim at
@@ -112,6 +125,11 @@ def set_key(
     arch = platform.removeprefix("linux/")
     with_omni = f"-omni-{omni}" if omni else ""
     return f"{package}-{vllm}{with_omni}-{accelerator}-{arch}-py{python}"
+
+
+def mooncake_key(requirement_name: str, on: str) -> str:
+    """The Mooncake layer resolved for one vLLM set: <its package>-on-<the vLLM set's key>."""
+    return f"{requirement_name}-on-{on}"
 
 
 def cuda_version(requirements: str) -> str | None:

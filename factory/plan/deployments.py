@@ -56,7 +56,7 @@ def plan_commands(
         combination.pd_nodes,
     )
     command = resolve(selection, tree.strategies, tree.taxonomy)
-    finisher = _Finisher(project, loaded, version, weights, command)
+    finisher = Finisher(project, loaded, version, weights, command)
     roles = finisher.roles()
     # The shape the commands have: a multi-node strategy on one node is the site's single-node command.
     shape: Literal["single_node", "multi_node", "pd_cluster"] = (
@@ -65,7 +65,7 @@ def plan_commands(
     return PlannedCommands(combination, shape, tuple(roles), tuple(finisher.deviations.values()))
 
 
-class _Finisher:
+class Finisher:
     """Turns the site's processes into the factory's NodeRoles: model, pinned revision, deviations."""
 
     def __init__(
@@ -119,10 +119,20 @@ class _Finisher:
             self.record(deviation)
         return node_role("router", 0, flags, {}, program="vllm-router")
 
-    def role(self, name: str, rank: int, process: Process, pool: str | None = None) -> NodeRole:
-        # A PD pool's node listens on its own address (the router calls it); others where the user says.
-        bind = own_address(pool, rank) if pool else "$BIND_ADDRESS"
-        path = self.path(rank, pool)
+    def role(
+        self,
+        name: str,
+        rank: int,
+        process: Process,
+        pool: str | None = None,
+        bind: str | None = None,
+        path: str | None = None,
+    ) -> NodeRole:
+        """One process: the rules applied (`bind`: where it listens on the host's network, by default a PD
+        pool node's own address, else where the user says; `path`: its key in a rendering)."""
+        if bind is None:
+            bind = own_address(pool, rank) if pool else "$BIND_ADDRESS"
+        path = path or self.path(rank, pool)
         about = Facts(
             self.version,
             self.recipe.model.context_length,

@@ -22,7 +22,7 @@ from factory.lockfile.model import (
 from factory.lockfile.store import set_text
 from factory.plan import naming
 from factory.plan.models import ImageSpec, InstallSpec
-from factory.plan.runspec import health_probe
+from factory.plan.runspec import Programs, health_probe
 from factory.project import Project
 from factory.recipes.loader import LoadedRecipe
 from factory.synthesis import options
@@ -91,8 +91,7 @@ def plan_image_spec(
         tasks=list(recipe.meta.tasks),
         start_period_s=model_start_period(recipe.model.parameter_count),
         health=health_probe(
-            project.catalog.server,
-            project.catalog.router,
+            Programs(server=project.catalog.server, router=project.catalog.router),
             "vllm",
             options.read(default_command),
             model_start_period(recipe.model.parameter_count),

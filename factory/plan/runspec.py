@@ -18,14 +18,36 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from factory.catalog.schema import GpuRequest, PodRequests, RouterProcess, Secret, Server, Vendor, Volume
+from factory.catalog.schema import (
+    GpuRequest,
+    MooncakeProcesses,
+    PodRequests,
+    RouterProcess,
+    Secret,
+    Server,
+    Vendor,
+    Volume,
+)
 from factory.plan.settings import known_setting
 from factory.synthesis.options import ServeOptions, Value
 from factory.synthesis.values import FromIndex
 
 SERVED_LABEL = "ai.vllm.factory.served-model-names"  # a JSON list: names may hold any character
 
-__all__ = ["FromIndex", "HealthProbe", "ProcessGroup", "Run", "RunSpec", "Value", "process_spec", "value_at"]
+__all__ = [
+    "ConfigMount",
+    "FromIndex",
+    "HealthProbe",
+    "Launch",
+    "ProcessGroup",
+    "Program",
+    "Programs",
+    "Run",
+    "RunSpec",
+    "Value",
+    "process_spec",
+    "value_at",
+]
 
 
 class Frozen(BaseModel):
@@ -34,6 +56,20 @@ class Frozen(BaseModel):
 
 def value_at(value: Value, index: int) -> str:
     return value.at(index) if isinstance(value, FromIndex) else value
+
+
+# The programs a deployment's processes run.
+Program = Literal["vllm", "vllm-router", "mooncake-master", "mooncake-store"]
+
+
+class ConfigMount(Frozen):
+    """A config file a process reads, generated beside its deployment's files: a template whose $SETTINGS
+    are filled from the process's environment when it starts (so a setting changes it, never a hand edit)."""
+
+    file: str  # the generated file's name (mooncake-vllm.json)
+    template: str  # where the process finds the template (/etc/mooncake/vllm.json)
+    filled: str  # where the filled file is written, which the process reads
+    content: str
 
 
 class HealthProbe(Frozen):
@@ -71,7 +107,12 @@ class RunSpec(Frozen):
 
     image: str  # a reference, or a $SETTING naming one (the PD router's, for now)
     platform: str  # the CPU platform the image is built for (linux/amd64, linux/arm64)
-    program: Literal["vllm", "vllm-router"]
+    program: Program
+    # What starts the program, when not the image's own entrypoint (a Mooncake process; a process whose
+    # config is filled first): the command before `args`.
+    entrypoint: tuple[str, ...] = ()
+    configs: tuple[ConfigMount, ...] = ()  # generated config templates it reads, filled when it starts
+    after: tuple[str, ...] = ()  # the processes of its deployment that must answer before it starts
     args: tuple[Value, ...]  # after the entrypoint: `vllm serve`'s [model, *flags], or vllm-router's flags
     env: tuple[tuple[str, Value], ...]
     secrets: tuple[Secret, ...]
@@ -156,44 +197,65 @@ class Run(Frozen):
     vendor: Vendor
     server: Server
     router: RouterProcess
+    mooncake: MooncakeProcesses = MooncakeProcesses()
     gpus_per_node: int
     start_period_s: int  # a vLLM process's start budget (the model's)
     weights_gb: float | None = None  # the checkpoint a process downloads (None: unknown, or in the image)
 
 
-def listening_port(
-    server: Server, router: RouterProcess, program: Literal["vllm", "vllm-router"], options: ServeOptions
-) -> tuple[int, str | None]:
+class Programs(Frozen):
+    """What the catalog says of each program a process runs: its default port, where it says it is ready,
+    its own start."""
+
+    server: Server  # vLLM's
+    router: RouterProcess
+    mooncake: MooncakeProcesses = MooncakeProcesses()
+
+    def default_port(self, program: Program) -> int:
+        return {
+            "vllm": self.server.port,
+            "vllm-router": self.router.default_port,
+            "mooncake-master": self.mooncake.master.port,
+            "mooncake-store": self.mooncake.store.port,
+        }[program]
+
+
+def listening_port(programs: Programs, program: Program, options: ServeOptions) -> tuple[int, str | None]:
     """The port a process listens on, and the setting that holds it: its --port; `--port $ROUTER_PORT`, that
-    setting's default (the setting may move it); else its program's default (vLLM's, vllm-router's)."""
+    setting's default (the setting may move it); else its program's default (vLLM's, vllm-router's, the
+    Mooncake master's admin port, the store service's REST port)."""
+    if program.startswith("mooncake-"):  # their flags name other ports (-rpc_port): their own defaults
+        return programs.default_port(program), None
     known = known_setting(options.port_setting) if options.port_setting else None
     setting = options.port_setting if known else None
     default = known.default if known else None
-    own_default = server.port if program == "vllm" else router.default_port
-    return options.port or (int(default) if default and default.isdigit() else None) or own_default, setting
+    found = options.port or (int(default) if default and default.isdigit() else None)
+    return found or programs.default_port(program), setting
 
 
 def health_probe(
-    server: Server,
-    router: RouterProcess,
-    program: Literal["vllm", "vllm-router"],
-    options: ServeOptions,
-    start_period_s: int,
+    programs: Programs, program: Program, options: ServeOptions, start_period_s: int
 ) -> HealthProbe | None:
     """How a process says it is ready, from what its command says and the program's own facts: asked on the
     port and address it listens on, within its own start budget: vLLM's is the model's (`start_period_s`),
     the router's its wait for its workers (--worker-startup-timeout-secs, else its default) plus its own
-    start. None for a headless rank (it serves no API)."""
+    start, a Mooncake process's its own (the catalog's). None for a headless rank (it serves no API)."""
     if options.headless:
         return None
-    port, setting = listening_port(server, router, program, options)
-    vllm = program == "vllm"
+    server, router = programs.server, programs.router
+    port, setting = listening_port(programs, program, options)
     wait = options.worker_wait_s if options.worker_wait_s is not None else router.worker_wait_default_s
+    path, start = {
+        "vllm": (server.health_path, start_period_s),
+        "vllm-router": (router.health_path, router.start_period_s + wait),
+        "mooncake-master": (programs.mooncake.master.health_path, programs.mooncake.master.start_period_s),
+        "mooncake-store": (programs.mooncake.store.health_path, programs.mooncake.store.start_period_s),
+    }[program]
     return HealthProbe(
-        path=server.health_path if vllm else router.health_path,
+        path=path,
         port=port,
         host=options.host if options.host is not None else "127.0.0.1",
-        start_period_s=start_period_s if vllm else router.start_period_s + wait,
+        start_period_s=start,
         interval_s=server.health_interval_s,
         timeout_s=server.health_timeout_s,
         retries=server.health_retries,
@@ -201,27 +263,43 @@ def health_probe(
     )
 
 
+class Launch(Frozen):
+    """How a process starts besides its command, when not as its image does: a Mooncake process's program,
+    a config filled first, the processes it waits for."""
+
+    entrypoint: tuple[str, ...] = ()
+    configs: tuple[ConfigMount, ...] = ()
+    after: tuple[str, ...] = ()
+
+
 def process_spec(
     run: Run,
     image: str,
     platform: str,
-    program: Literal["vllm", "vllm-router"],
+    program: Program,
     args: Sequence[Value],
     env: Sequence[tuple[str, Value]],
     options: ServeOptions,
     host_network: bool,
     labels: dict[str, str],
+    launch: Launch | None = None,
 ) -> RunSpec:
     """One process's spec: its command and what its server reads from it (`options`) from the plan,
     everything else from the catalog."""
     server, vendor = run.server, run.vendor
+    programs = Programs(server=server, router=run.router, mooncake=run.mooncake)
+    launch = launch or Launch()
     is_vllm = program == "vllm"
-    probe = health_probe(server, run.router, program, options, run.start_period_s)
+    mooncake = run.mooncake.master if program == "mooncake-master" else run.mooncake.store
+    probe = health_probe(programs, program, options, run.start_period_s)
     served = options.served_names or ((options.model,) if options.model else ())
     return RunSpec(
         image=image,
         platform=platform,
         program=program,
+        entrypoint=launch.entrypoint,
+        configs=launch.configs,
+        after=launch.after,
         args=tuple(args),
         env=tuple(env),
         secrets=tuple(server.secrets) if is_vllm else (),
@@ -230,10 +308,11 @@ def process_spec(
         devices=tuple(vendor.devices) if is_vllm else (),
         groups=tuple(group.group for group in vendor.group_add) if is_vllm else (),
         security_opt=tuple(vendor.security_opt) if is_vllm else (),
-        capabilities=tuple(server.capabilities) if is_vllm else (),
+        # Mooncake pins memory for its transfers as NCCL does: the same capability
+        capabilities=tuple(server.capabilities) if program != "vllm-router" else (),
         shm_size=vendor.shm_size if is_vllm else None,
         ulimits=tuple(server.ulimits.items()) if is_vllm else (),
-        port=listening_port(server, run.router, program, options)[0],
+        port=listening_port(programs, program, options)[0],
         served_names=served if is_vllm else (),
         network="host" if host_network else "published",
         probe=probe,
@@ -242,6 +321,12 @@ def process_spec(
         gpu_resource=vendor.kubernetes_resource if is_vllm else None,
         restart=server.restart,
         publish_address=str(server.publish_address),
-        requests=vendor.pod_requests if is_vllm else server.router_requests,
+        requests=(
+            vendor.pod_requests
+            if is_vllm
+            else server.router_requests
+            if program == "vllm-router"
+            else mooncake.requests
+        ),
         cache_gb=run.weights_gb if is_vllm else None,
     )

@@ -36,6 +36,15 @@ SETTINGS: dict[str, Setting] = {
     ),
     "ROUTER_HOST": Setting("127.0.0.1", "address the PD router listens on (0.0.0.0 to serve other hosts)"),
     "ROUTER_PORT": Setting("8000", "port the PD router listens on"),
+    # Mooncake KV stores (kv_store/*.yaml): the addresses its processes meet at, and the RDMA NICs they use.
+    "MOONCAKE_MASTER_IP": Setting(
+        None, "address of the Mooncake master, reachable by every instance and the store service"
+    ),
+    "MOONCAKE_STORE_IP": Setting(
+        None, "address of the Mooncake store service, reachable by every instance (its local_hostname)"
+    ),
+    "MOONCAKE_DEVICE_NAME": Setting("", "the instances' RDMA NICs (mlx5_0,mlx5_1,...); empty: auto-selected"),
+    "MOONCAKE_STORE_DEVICE_NAME": Setting("", "the store node's RDMA NICs; empty: auto-selected"),
     "VLLM_ROUTER_IMAGE": Setting(
         None,
         "the PD router's image: one whose entrypoint runs vllm-router (`factory build-router` builds it)",
@@ -48,6 +57,11 @@ _PATTERNS = (
         "address of node {2} of the {1} pool, reachable by the router",
     ),
     (re.compile(r"^(PREFILL|DECODE)_DP_RPC_PORT$"), "data-parallel RPC port of the {1} pool's first node"),
+    (
+        re.compile(r"^VLLM_INSTANCE_([1-9][0-9]*)$"),
+        "address of instance {1} of a KV-store deployment: its ranks meet there, it listens there, the "
+        "router calls it there",
+    ),
 )
 
 

@@ -9,7 +9,7 @@ from pathlib import Path, PurePosixPath
 from pydantic import BaseModel, ConfigDict
 
 from factory.plan.naming import REPOSITORY_PREFIX
-from factory.plan.runspec import HealthProbe, health_probe
+from factory.plan.runspec import HealthProbe, Programs, health_probe
 from factory.project import Project
 from factory.render.outputs import BakeTarget, OutputFile
 from factory.render.templating import environment
@@ -105,7 +105,9 @@ def router_health(project: Project) -> HealthProbe:
     /health answers once the router serves, from the router itself (a worker going down later does not fail
     it: the router routes around it)."""
     catalog = project.catalog
-    probe = health_probe(catalog.server, catalog.router, "vllm-router", ServeOptions(), 0)
+    probe = health_probe(
+        Programs(server=catalog.server, router=catalog.router), "vllm-router", ServeOptions(), 0
+    )
     assert probe is not None  # only a headless process has none
     return probe
 

@@ -65,10 +65,13 @@ class KvCommand:
     router: tuple[str, ...]  # vllm-router's argv; none for one instance
 
 
-def eligible(recipe: Recipe, profile: HardwareProfile, profile_id: str, store_id: str) -> bool:
-    """Every non-omni recipe on scalable NVIDIA and AMD hardware, unless it opts the GPU out."""
+def eligible(
+    recipe: Recipe, profile: HardwareProfile, profile_id: str, store_id: str, also: bool = False
+) -> bool:
+    """Every non-omni recipe on scalable NVIDIA and AMD hardware, unless it opts the GPU out; `also`: the
+    factory renders the stores on this hardware too (the catalog's choice; the site renders none there)."""
     opted = recipe.kv_cache_strategy_hardware.get(store_id, {}).get(profile_id)
-    return profile.scalable and profile.brand in BRANDS and opted != "unsupported"
+    return (also or (profile.scalable and profile.brand in BRANDS)) and opted != "unsupported"
 
 
 def choose(
@@ -99,16 +102,18 @@ def commands(
     stores: dict[str, KvStore],
     strategies: dict[str, Strategy],
     taxonomy: Taxonomy,
+    also: bool = False,
 ) -> list[KvCommand]:
     """Every KV-store deployment the site renders for one variant on one hardware, in the site's order
-    (the kv_store files' names); none for an omni recipe (the site renders it no command)."""
+    (the kv_store files' names); none for an omni recipe (the site renders it no command). `also`: on
+    hardware the site renders no store on, as the site would render it (the catalog's choice)."""
     if recipe.is_omni:
         return []
     profile = taxonomy.hardware_profiles[profile_id]
     features = tuple(default_features(recipe, profile_id, variant_key))
     found = []
     for store_id in sorted(stores):
-        if not eligible(recipe, profile, profile_id, store_id):
+        if not eligible(recipe, profile, profile_id, store_id, also):
             continue
         choice = choose(recipe, variant_key, profile, profile_id, store_id, strategies)
         if choice is not None:
