@@ -8,11 +8,11 @@ variable "REGISTRY" {
 }
 
 group "default" {
-  targets = ["tiny-random-embedding-vllm0-32-0-cpu-default", "tiny-random-llama-vllm0-32-0-cpu-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b300-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi300x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi325x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi355x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi350x-default", "stable-diffusion-3-5-vllm0-12-0-h100-default", "stable-diffusion-3-5-vllm0-12-0-h200-default", "stable-diffusion-3-5-vllm0-12-0-b200-default", "stable-diffusion-3-5-vllm0-12-0-b300-default", "stable-diffusion-3-5-vllm0-12-0-h100-large", "stable-diffusion-3-5-vllm0-12-0-h200-large", "stable-diffusion-3-5-vllm0-12-0-b200-large", "stable-diffusion-3-5-vllm0-12-0-b300-large", "stable-diffusion-3-5-vllm0-12-0-h100-large_turbo", "stable-diffusion-3-5-vllm0-12-0-h200-large_turbo", "stable-diffusion-3-5-vllm0-12-0-b200-large_turbo", "stable-diffusion-3-5-vllm0-12-0-b300-large_turbo", "vllm-router-0-1-17"]
+  targets = ["tiny-random-embedding-vllm0-32-0-cpu-default", "tiny-random-embedding-vllm0-32-0-cpu-default-mooncake", "tiny-random-llama-vllm0-32-0-cpu-default", "tiny-random-llama-vllm0-32-0-cpu-default-mooncake", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b300-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi300x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi325x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi355x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi350x-default", "stable-diffusion-3-5-vllm0-12-0-h100-default", "stable-diffusion-3-5-vllm0-12-0-h200-default", "stable-diffusion-3-5-vllm0-12-0-b200-default", "stable-diffusion-3-5-vllm0-12-0-b300-default", "stable-diffusion-3-5-vllm0-12-0-h100-large", "stable-diffusion-3-5-vllm0-12-0-h200-large", "stable-diffusion-3-5-vllm0-12-0-b200-large", "stable-diffusion-3-5-vllm0-12-0-b300-large", "stable-diffusion-3-5-vllm0-12-0-h100-large_turbo", "stable-diffusion-3-5-vllm0-12-0-h200-large_turbo", "stable-diffusion-3-5-vllm0-12-0-b200-large_turbo", "stable-diffusion-3-5-vllm0-12-0-b300-large_turbo", "vllm-router-0-1-17"]
 }
 
 group "amd64" {
-  targets = ["tiny-random-embedding-vllm0-32-0-cpu-default", "tiny-random-llama-vllm0-32-0-cpu-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b300-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi300x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi325x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi355x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi350x-default", "stable-diffusion-3-5-vllm0-12-0-h100-default", "stable-diffusion-3-5-vllm0-12-0-h200-default", "stable-diffusion-3-5-vllm0-12-0-b200-default", "stable-diffusion-3-5-vllm0-12-0-b300-default", "stable-diffusion-3-5-vllm0-12-0-h100-large", "stable-diffusion-3-5-vllm0-12-0-h200-large", "stable-diffusion-3-5-vllm0-12-0-b200-large", "stable-diffusion-3-5-vllm0-12-0-b300-large", "stable-diffusion-3-5-vllm0-12-0-h100-large_turbo", "stable-diffusion-3-5-vllm0-12-0-h200-large_turbo", "stable-diffusion-3-5-vllm0-12-0-b200-large_turbo", "stable-diffusion-3-5-vllm0-12-0-b300-large_turbo", "vllm-router-0-1-17"]
+  targets = ["tiny-random-embedding-vllm0-32-0-cpu-default", "tiny-random-embedding-vllm0-32-0-cpu-default-mooncake", "tiny-random-llama-vllm0-32-0-cpu-default", "tiny-random-llama-vllm0-32-0-cpu-default-mooncake", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b300-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi300x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi325x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi355x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi350x-default", "stable-diffusion-3-5-vllm0-12-0-h100-default", "stable-diffusion-3-5-vllm0-12-0-h200-default", "stable-diffusion-3-5-vllm0-12-0-b200-default", "stable-diffusion-3-5-vllm0-12-0-b300-default", "stable-diffusion-3-5-vllm0-12-0-h100-large", "stable-diffusion-3-5-vllm0-12-0-h200-large", "stable-diffusion-3-5-vllm0-12-0-b200-large", "stable-diffusion-3-5-vllm0-12-0-b300-large", "stable-diffusion-3-5-vllm0-12-0-h100-large_turbo", "stable-diffusion-3-5-vllm0-12-0-h200-large_turbo", "stable-diffusion-3-5-vllm0-12-0-b200-large_turbo", "stable-diffusion-3-5-vllm0-12-0-b300-large_turbo", "vllm-router-0-1-17"]
 }
 
 group "b200" {
@@ -24,7 +24,7 @@ group "b300" {
 }
 
 group "cpu" {
-  targets = ["tiny-random-embedding-vllm0-32-0-cpu-default", "tiny-random-llama-vllm0-32-0-cpu-default"]
+  targets = ["tiny-random-embedding-vllm0-32-0-cpu-default", "tiny-random-embedding-vllm0-32-0-cpu-default-mooncake", "tiny-random-llama-vllm0-32-0-cpu-default", "tiny-random-llama-vllm0-32-0-cpu-default-mooncake"]
 }
 
 group "h100" {
@@ -62,11 +62,25 @@ target "tiny-random-embedding-vllm0-32-0-cpu-default" {
   tags       = ["${REGISTRY}vllm-factory/tiny-random-embedding:vllm0.32.0-cpu-default", "${REGISTRY}vllm-factory/tiny-random-embedding:vllm0.32.0-cpu-default-9745b46f7478"]
 }
 
+target "tiny-random-embedding-vllm0-32-0-cpu-default-mooncake" {
+  context    = "images/tiny-random-embedding/vllm0.32.0-cpu-default-mooncake"
+  dockerfile = "Dockerfile"
+  platforms  = ["linux/amd64"]
+  tags       = ["${REGISTRY}vllm-factory/tiny-random-embedding:vllm0.32.0-cpu-default-mooncake", "${REGISTRY}vllm-factory/tiny-random-embedding:vllm0.32.0-cpu-default-mooncake-977b51ba59c8"]
+}
+
 target "tiny-random-llama-vllm0-32-0-cpu-default" {
   context    = "images/tiny-random-llama/vllm0.32.0-cpu-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
   tags       = ["${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default", "${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default-956ba7aa3bab"]
+}
+
+target "tiny-random-llama-vllm0-32-0-cpu-default-mooncake" {
+  context    = "images/tiny-random-llama/vllm0.32.0-cpu-default-mooncake"
+  dockerfile = "Dockerfile"
+  platforms  = ["linux/amd64"]
+  tags       = ["${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default-mooncake", "${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default-mooncake-32b861f5c324"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default" {

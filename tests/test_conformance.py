@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -251,6 +252,7 @@ def _kv_mine(site: dict[str, Any]) -> dict[str, Any]:
     mine = {k: copy.deepcopy(v) for k, v in site.items() if k not in ("router", "master", "store")}
     mine |= {"recipe": "acme/A", "model": "acme/Big", "master": {"command": site["master"]["command"]}}
     mine["store"] = {"command": site["store"]["command"], "config": copy.deepcopy(site["store"]["config"])}
+    mine["store_argv"] = shlex.split(site["store"]["command"])
     mine["router_argv"] = [
         "vllm-router", "--policy", "cache_aware", "--backend-url", "http://$VLLM_INSTANCE_1:8000",
         "--backend-url", "http://$VLLM_INSTANCE_2:8000", "--host", "$ROUTER_HOST", "--port", "$ROUTER_PORT",

@@ -33,8 +33,18 @@ def test_every_seed_hardware_and_strategy_plus_cpu_is_planned(project: Project) 
     assert not plans.problems
     kimi_images = {bp.image.hardware for bp in plans.images if bp.image.model_id == KIMI}
     assert kimi_images == {*SEED_HARDWARE, "cpu"}
-    deployments = {(d.image.hardware, d.strategy) for d in plans.deployments if d.image.model_id == KIMI}
+    kimi = [d for d in plans.deployments if d.image.model_id == KIMI]
+    deployments = {(d.image.hardware, d.strategy) for d in kimi if d.deploy_type != "kv_store_lb"}
     assert deployments == {(hw, s) for hw in [*SEED_HARDWARE, "cpu"] for s in SEED_STRATEGIES}
+    # Mooncake's KV stores where the site renders them (scalable NVIDIA and AMD hardware) and on the CPU
+    # target (the catalog's choice); not buildable for Kimi, whose pin (vLLM 0.11.2) is below their 0.21.0.
+    stores = {(d.image.hardware, d.strategy) for d in kimi if d.deploy_type == "kv_store_lb"}
+    assert {hw for hw, _ in stores} == {*SEED_HARDWARE, "cpu"}
+    kv_images = {d.image.hardware: d.image for d in kimi if d.deploy_type == "kv_store_lb"}
+    assert all(image.install is None for image in kv_images.values())
+    for hardware in ("h100", "h200", "b200", "b300"):
+        assert "need vLLM 0.21.0 or later" in (kv_images[hardware].unbuildable or ""), hardware
+    assert "vendor's packages" in (kv_images["mi300x"].unbuildable or "")
     assert {bp.image.hardware for bp in plans.images if bp.image.model_id == TINY} == {"cpu"}
 
 

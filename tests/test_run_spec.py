@@ -24,7 +24,7 @@ from factory.base.tools import compose_binary
 from factory.catalog.schema import GpuRequest, PodRequests, Secret, Volume
 from factory.generate.blueprint import plan_recipe, select
 from factory.plan.models import Deployment
-from factory.plan.runspec import FromIndex, RunSpec
+from factory.plan.runspec import ConfigMount, FromIndex, RunSpec
 from factory.project import Project, load_project
 from factory.render import compose, docker_run, kubernetes
 from factory.report.show import docker_run as show_docker_run
@@ -61,6 +61,12 @@ MUTATIONS: dict[str, Callable[[RunSpec], Any]] = {
     "gpu_resource": lambda spec: "example.com/gpu",
     "restart": lambda spec: "on-failure",
     "publish_address": lambda spec: "0.0.0.0",
+    "entrypoint": lambda spec: (*spec.entrypoint, "factory-fill-config", "/etc/x.json", "/run/x.json"),
+    "configs": lambda spec: (
+        *spec.configs,
+        ConfigMount(file="x.json", template="/etc/x.json", filled="/run/x.json", content="{}"),
+    ),
+    "after": lambda spec: (*spec.after, "master"),
 }
 
 

@@ -235,6 +235,8 @@ class MooncakeProcess(Strict):
     port: Port
     health_path: str
     start_period_s: Count
+    # Docker runs a container's first check one interval after it starts: these answer within seconds.
+    health_interval_s: Count = 5
     requests: PodRequests | None = None
 
 
@@ -281,6 +283,9 @@ class DeviationRule(Strict):
     # the process must listen on: its own node's for a PD pool (the router calls it), else $BIND_ADDRESS;
     # {workers_start_s} the start budget of the vLLM processes the router fronts.
     add: list[str] = []
+    # The flag each of whose values (given once per value) becomes a value of `flag`, once: vllm-router
+    # takes its backends as `--worker-urls A B`, where the site writes `--backend-url A --backend-url B`.
+    gather: str | None = None
     # Split an entry holding a flag and its value (`--max-model-len auto`) into the two words it is.
     split_flag_and_value: bool = False
     # The flag's value -> its replacement ({context_length} is the model's), or null to drop the flag.

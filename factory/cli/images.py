@@ -45,7 +45,7 @@ def _selected(project: Project, args: argparse.Namespace) -> list[Blueprint]:
     from factory.generate.blueprint import select
 
     model = args.model or project.catalog.build_recipe(args.hardware)
-    return select(project, model, args.hardware, args.variant)
+    return select(project, model, args.hardware, args.variant, args.kv_store)
 
 
 def _build_flags(args: argparse.Namespace) -> dict[str, object]:

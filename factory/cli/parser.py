@@ -255,3 +255,8 @@ def _add_target_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--hardware", required=True)
     parser.add_argument("--variant", help="default: every variant of the recipe")
+    parser.add_argument(
+        "--kv-store",
+        action="store_true",
+        help="its KV-store images (the plain image with Mooncake) instead of the plain ones",
+    )

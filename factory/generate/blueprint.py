@@ -11,13 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from factory.base.errors import FactoryError, InputError
-from factory.catalog.schema import Server, Vendor
+from factory.catalog.schema import Mooncake, Server, Vendor
+from factory.lock.mooncake import floor as mooncake_floor
 from factory.lock.pins import pinned_vllm
 from factory.lockfile.model import Release
 from factory.plan import naming
 from factory.plan.deployments import PlannedCommands, common_env, default_command, plan_commands
-from factory.plan.images import locked_release, plan_image_spec, weights_of
-from factory.plan.models import Deployment, ImagePlan, Skipped
+from factory.plan.images import kv_image_spec, locked_release, plan_image_spec, weights_of
+from factory.plan.kv import plan_kv
+from factory.plan.models import Deployment, ImagePlan, ImageSpec, Skipped
 from factory.plan.omni import plan_omni
 from factory.plan.preflight import Finding, preflight
 from factory.plan.running import process_groups
@@ -53,6 +55,7 @@ class Blueprint:
     ignored: tuple[str, ...] = ()  # the recipe's keys the site does not read (factory.recipes.ignored)
     # The vLLM version the deviation rules were judged by (the lock's, else the recipe's floor)
     judged: JudgedVersion = _NOT_JUDGED
+    kv_store: bool = False  # a KV-store image (Mooncake's layer on the plain image) and its deployments
 
     def deployment(self, strategy: str, nodes: int | None = None) -> Deployment:
         for deployment in self.deployments:
@@ -152,10 +155,17 @@ def plan_recipe(project: Project, loaded: LoadedRecipe, nodes: int | None = None
                     Skipped(**base, reason=why)
                 ]
                 continue
+            vendor = project.catalog.vendors[project.catalog.hardware[hardware].vendor]
+            also = vendor.mooncake is not None and vendor.mooncake.factory_renders
+            stores = kv_store.commands(
+                recipe, variant, hardware, tree.kv_stores, tree.strategies, tree.taxonomy, also
+            )
+            kv += stores
             if combos or recipe.is_omni:
                 release = locked_release(project, loaded, variant, hardware)
                 images.append(finish(project, loaded, variant, hardware, combos, release))
-            kv += kv_store.commands(recipe, variant, hardware, tree.kv_stores, tree.strategies, tree.taxonomy)
+                if stores:
+                    images.append(finish_kv(project, loaded, images[-1], stores, release))
     return RecipePlan(loaded, tuple(images), tuple(skipped), tuple(kv))
 
 
@@ -231,6 +241,69 @@ def finish(
     )
 
 
+def finish_kv(
+    project: Project, loaded: LoadedRecipe, plain: Blueprint, commands: list[KvCommand], release: Release
+) -> Blueprint:
+    """The KV-store image beside a plain image (the same layers, then Mooncake's) and its deployments, one
+    per kv_store file the site renders for this variant on this hardware."""
+    fields = plain.image.model_dump(exclude={"inputs_hash"})
+    least = mooncake_floor([command.store for command in commands])
+    spec = kv_image_spec(project, ImageSpec(**fields), str(least) if least else None)
+    image, image_files = hashed_context(spec, loaded.bundled_model_dir)
+    vendor = plain.vendor
+    mooncake = vendor.mooncake or Mooncake(install="amd")  # no wheel: the image says it is not buildable
+    run = Run(
+        vendor=vendor,
+        server=plain.server,
+        router=project.catalog.router,
+        mooncake=project.catalog.mooncake,
+        gpus_per_node=image.gpus_per_node,
+        start_period_s=image.start_period_s,
+        weights_gb=None if image.bundled_model_src else image.weights_gb,
+    )
+    deployments = []
+    for kv in commands:
+        planned = plan_kv(project, loaded, kv, plain.judged.version, image.weights, mooncake)
+        groups = process_groups(
+            planned.roles,
+            run,
+            image=image.reference,
+            router_image=_router(project),
+            host_network=True,  # RDMA, and instances whose ranks meet across nodes
+            platforms=(image.platform, ROUTER_PLATFORM),
+            deployment=naming.deployment_name(image.slug, image.hardware, image.variant, kv.store_id),
+        )
+        deployments.append(
+            Deployment(
+                image=image,
+                strategy=kv.store_id,
+                strategy_title=kv.store.display_name or kv.store_id,
+                deploy_type="kv_store_lb",
+                nodes=kv.node_count,
+                roles=list(planned.roles),
+                host_network=True,
+                vendor=vendor,
+                deviations=list(planned.deviations),
+                recommended=False,
+                run=groups,
+            )
+        )
+    return Blueprint(
+        image=image,
+        vendor=vendor,
+        server=plain.server,
+        deployments=tuple(deployments),
+        image_files=tuple(image_files),
+        compose_files=tuple(file for d in deployments for file in compose_outputs(d)),
+        k8s_files=tuple(file for d in deployments for file in kubernetes_outputs(d)),
+        findings=plain.findings,
+        notes=plain.notes,
+        ignored=plain.ignored,
+        judged=plain.judged,
+        kv_store=True,
+    )
+
+
 def _deployment(
     project: Project, image: ImagePlan, vendor: Vendor, run: Run, planned: PlannedCommands
 ) -> Deployment:
@@ -266,9 +339,11 @@ def _router(project: Project) -> str:
     return router.reference if router is not None else ROUTER_IMAGE
 
 
-def select(project: Project, model: str, hardware: str, variant: str | None = None) -> list[Blueprint]:
-    """The blueprints of one recipe on one hardware: one variant, or every variant it has there. A variant's
-    model id names that variant."""
+def select(
+    project: Project, model: str, hardware: str, variant: str | None = None, kv_store: bool = False
+) -> list[Blueprint]:
+    """The blueprints of one recipe on one hardware: one variant, or every variant it has there (a variant's
+    model id names that variant); its KV-store images instead with `kv_store`."""
     loaded, named = project.tree.lookup(model)
     variant = variant or named
     if hardware not in project.catalog.hardware:
@@ -286,7 +361,9 @@ def select(project: Project, model: str, hardware: str, variant: str | None = No
     found = [
         blueprint
         for blueprint in plan_recipe(project, loaded).images
-        if blueprint.image.hardware == hardware and variant in (None, blueprint.image.variant)
+        if blueprint.image.hardware == hardware
+        and variant in (None, blueprint.image.variant)
+        and blueprint.kv_store == kv_store
     ]
     if not found:
         skipped = [s.reason for s in plan_recipe(project, loaded).skipped if s.hardware == hardware]
@@ -310,13 +387,18 @@ def choose_deployment(
     """One deployment, as `factory show` prints it: the recommended one unless told otherwise."""
     loaded, named = project.tree.lookup(model)
     variant = variant or named or next(iter(loaded.recipe.variants))
-    blueprint = select(project, model, hardware, variant)[0]
+    kv_store = strategy is not None and strategy in project.tree.kv_stores
+    blueprint = select(project, model, hardware, variant, kv_store)[0]
     if strategy is None:
         chosen = next((d for d in blueprint.deployments if d.recommended), blueprint.deployments[0])
         strategy = chosen.strategy
     if nodes is not None:
         override = plan_recipe(project, loaded, nodes)
         for candidate in override.images:
-            if candidate.image.hardware == hardware and candidate.image.variant == variant:
+            if (candidate.image.hardware, candidate.image.variant, candidate.kv_store) == (
+                hardware,
+                variant,
+                kv_store,
+            ):
                 blueprint = candidate
     return blueprint, blueprint.deployment(strategy)

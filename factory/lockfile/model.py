@@ -24,6 +24,7 @@ NOT_SERVED = "requirement not served"
 NOT_LOCKED = "not locked"  # run `factory lock`
 NO_BASE_IMAGE = "no base image"  # the catalog has no base image for the set's CUDA version
 OMNI = "vllm-omni"  # vllm-omni cannot run on this hardware, or no vllm-omni release runs with the vLLM
+MOONCAKE = "mooncake"  # a KV-store image's Mooncake layer cannot be installed on it (the detail says why)
 
 
 class Release(Strict):

@@ -103,14 +103,15 @@ class Finisher:
             ]
         return [self.role("node", 0, command.nodes[0])]
 
-    def router_role(self, args: list[str]) -> NodeRole:
-        """The P/D router, changed by the rules for it: it waits as long as its pools take to start."""
+    def router_role(self, args: list[str], path: str = "roles.router.argv") -> NodeRole:
+        """The router, changed by the rules for it: it waits as long as the processes it fronts take to
+        start."""
         about = Facts(
             self.version,
             self.recipe.model.context_length,
             True,
             "$ROUTER_HOST",
-            "roles.router.argv",
+            path,
             program="vllm-router",
             workers_start_s=model_start_period(self.recipe.model.parameter_count),
         )

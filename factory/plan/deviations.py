@@ -66,6 +66,26 @@ def _split(args: list[str], process: Process) -> tuple[list[str], list[FlagEdit]
     return (flags, edits) if edits else None
 
 
+def _gather(
+    rule: DeviationRule, args: list[str], process: Process
+) -> tuple[list[str], list[FlagEdit]] | None:
+    """Every `gather` flag with its value, replaced by one `flag` with all the values, where the first was;
+    recorded as one edit per unit removed and one for the unit added (the units the site's command has)."""
+    parsed = units(args)
+    gathered = [unit for unit in parsed if unit.flag == rule.gather and unit.value is not None]
+    if not gathered:
+        return None
+    joined = [rule.flag, *(str(unit.value) for unit in gathered)]
+    flags: list[str] = []
+    for unit in parsed:
+        if unit is gathered[0]:
+            flags += joined
+        elif unit not in gathered:
+            flags += unit.tokens()
+    edits = [FlagEdit(process=process.path, before=unit.tokens(), after=[]) for unit in gathered]
+    return flags, [*edits, FlagEdit(process=process.path, before=[], after=joined)]
+
+
 def _values(args: list[str]) -> dict[str, str | None]:
     """Each flag of the command with its (last) value."""
     return {unit.flag: unit.value for unit in units(args) if unit.flag}
@@ -85,6 +105,8 @@ def _apply_one(
     )
     if not matches:
         return None
+    if rule.gather:
+        return _gather(rule, args, process)
     if rule.add and rule.flag not in values:
         # {bind_address} alone is the address itself (a pool node's own address keeps its rule).
         bind, start = process.bind_address, process.workers_start_s

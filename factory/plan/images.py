@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import re
 
+from packaging.version import Version
+
 from factory.base import image_paths
 from factory.lockfile.model import (
     INDEX_UNREACHABLE,
+    MOONCAKE,
     NO_BASE_IMAGE,
     NO_CITED_SOURCE,
     NO_RELEASE,
     NOT_LOCKED,
     NOT_RESOLVABLE,
     NOT_SERVED,
+    MooncakeSet,
     Release,
     set_key,
     split_layers,
@@ -189,3 +193,63 @@ def _billions(count: str | None) -> float:
         return 0.0
     scale = {"M": 0.001, "B": 1.0, "T": 1000.0}[match.group(2)]
     return float(match.group(1)) * scale
+
+
+# What a KV-store image's tag adds to its plain image's: the same vLLM, hardware and variant, with Mooncake.
+KV_TAG_SUFFIX = "-mooncake"
+
+
+def kv_image_spec(project: Project, plain: ImageSpec, floor: str | None) -> ImageSpec:
+    """A plain image with Mooncake (a KV-store deployment's image): every layer the plain image's, then the
+    Mooncake layer the lock resolved against its vLLM set. Not buildable (with why) where the plain image is
+    not, on a release older than the kv_store files' floor, on a vendor image (its packages are not in the
+    lock), or before `factory lock` resolved the layer."""
+    vendor = project.catalog.vendors[plain.vendor]
+    spec = plain.model_copy(
+        update={"tag": naming.tag_with(plain.tag, KV_TAG_SUFFIX), "unbuildable_cause": None}
+    )
+    why = _kv_refusal(project, plain, floor)
+    if why is not None or vendor.mooncake is None or plain.install is None:
+        why = why or "the catalog names no Mooncake wheel for this vendor"
+        return spec.model_copy(update={"install": None, "unbuildable": why, "unbuildable_cause": MOONCAKE})
+    layer = _mooncake_layer(project, plain)
+    if layer is None or layer.requirements is None:
+        why = (
+            layer.unresolvable
+            if layer is not None
+            else "the lock has no Mooncake layer for it: run `factory lock`"
+        )
+        return spec.model_copy(update={"install": None, "unbuildable": why, "unbuildable_cause": MOONCAKE})
+    install = plain.install.model_copy(
+        update={
+            "mooncake": layer.version,
+            "mooncake_requirements": set_text(project.lock_path, layer.requirements, layer.digest),
+            "mooncake_system_packages": list(vendor.mooncake.system_packages),
+        }
+    )
+    return spec.model_copy(update={"install": install})
+
+
+def _kv_refusal(project: Project, plain: ImageSpec, floor: str | None) -> str | None:
+    if plain.install is None:
+        return plain.unbuildable or "its plain image is not buildable"
+    if plain.install.kind != "pip":
+        return (
+            f"a {plain.install.kind} install ships its vendor's packages, which the lock does not hold: the "
+            "Mooncake layer cannot be resolved against them"
+        )
+    if plain.install.omni:
+        return "vllm-omni images serve no KV store"
+    if floor is not None and plain.vllm_version is not None and Version(plain.vllm_version) < Version(floor):
+        return (
+            f"Mooncake KV stores need vLLM {floor} or later (the kv_store files' min_vllm_version); this "
+            f"image runs {plain.vllm_version}"
+        )
+    return None
+
+
+def _mooncake_layer(project: Project, plain: ImageSpec) -> MooncakeSet | None:
+    if project.lock is None or plain.install is None or plain.install.lock_key is None:
+        return None
+    on = plain.install.lock_key
+    return next((layer for layer in (project.lock.mooncake or {}).values() if layer.on == on), None)

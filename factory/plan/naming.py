@@ -7,6 +7,7 @@ that does not fit is refused with the file, the field and the value.
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from factory.base.errors import InputError
@@ -60,3 +61,13 @@ def tag(vllm_version: str | None, hardware: str, variant: str, loaded: LoadedRec
             value=variant,
         )
     return text
+
+
+def tag_with(tag: str, suffix: str) -> str:
+    """A tag with a suffix (a KV-store image's `-mooncake`), cut where Docker's 128 characters would not
+    hold it and kept unique by a hash of the whole."""
+    text = f"{tag}{suffix}"
+    if len(text) <= 128:
+        return text
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+    return f"{tag[: 128 - len(suffix) - 9]}-{digest}{suffix}"

@@ -32,17 +32,18 @@ def process_groups(
         shared = all(_same_values(member, first) for member in members[1:])
         for part in [members] if shared else [[member] for member in members]:
             one = part[0]
-            vllm = one.program == "vllm"
+            router = one.program == "vllm-router"  # its own image; every other program runs the deployment's
             spec = process_spec(
                 run,
-                image=image if vllm else router_image,
-                platform=platforms[0] if vllm else platforms[1],
+                image=router_image if router else image,
+                platform=platforms[1] if router else platforms[0],
                 program=one.program,
                 args=one.args,
                 env=tuple(one.env.items()),
                 options=one.options,
                 host_network=host_network,
                 labels={DEPLOYMENT_LABEL: deployment, ROLE_LABEL: role_name},
+                launch=one.launch,
             )
             if all(member.rank == 0 for member in part):
                 spec = spec.at(0)  # a head or a pool's first node alone: its values as written
@@ -58,7 +59,11 @@ def process_groups(
 
 
 def _same_values(member: NodeRole, first: NodeRole) -> bool:
-    return (member.args, member.env, member.options) == (first.args, first.env, first.options)
+    mine, theirs = (
+        (member.args, member.env, member.options, member.launch),
+        (first.args, first.env, first.options, first.launch),
+    )
+    return mine == theirs
 
 
 def _grouped(roles: Sequence[NodeRole]) -> list[tuple[str, list[NodeRole]]]:
@@ -67,6 +72,8 @@ def _grouped(roles: Sequence[NodeRole]) -> list[tuple[str, list[NodeRole]]]:
     for role in roles:
         if role.program == "vllm-router":
             key = "router"
+        elif role.program != "vllm":  # a Mooncake process: one of its kind
+            key = role.name
         elif len(roles) == 1:
             key = "node"
         elif role.pool:

@@ -245,18 +245,19 @@ def health_probe(
     server, router = programs.server, programs.router
     port, setting = listening_port(programs, program, options)
     wait = options.worker_wait_s if options.worker_wait_s is not None else router.worker_wait_default_s
-    path, start = {
-        "vllm": (server.health_path, start_period_s),
-        "vllm-router": (router.health_path, router.start_period_s + wait),
-        "mooncake-master": (programs.mooncake.master.health_path, programs.mooncake.master.start_period_s),
-        "mooncake-store": (programs.mooncake.store.health_path, programs.mooncake.store.start_period_s),
+    master, store = programs.mooncake.master, programs.mooncake.store
+    path, start, interval = {
+        "vllm": (server.health_path, start_period_s, server.health_interval_s),
+        "vllm-router": (router.health_path, router.start_period_s + wait, server.health_interval_s),
+        "mooncake-master": (master.health_path, master.start_period_s, master.health_interval_s),
+        "mooncake-store": (store.health_path, store.start_period_s, store.health_interval_s),
     }[program]
     return HealthProbe(
         path=path,
         port=port,
         host=options.host if options.host is not None else "127.0.0.1",
         start_period_s=start,
-        interval_s=server.health_interval_s,
+        interval_s=interval,
         timeout_s=server.health_timeout_s,
         retries=server.health_retries,
         port_setting=setting,

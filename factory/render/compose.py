@@ -39,7 +39,13 @@ ROUTER_IMAGE_SETTING = "VLLM_ROUTER_IMAGE"  # the same for the PD router's image
 COMMAND_NOTES = {
     "vllm": "The whole `vllm serve` command of this node: the image's entrypoint runs `vllm serve` with it.",
     "vllm-router": "The router's whole command: the image's entrypoint runs `vllm-router` with it.",
+    "mooncake-master": "The Mooncake master's whole command, after its program (entrypoint).",
+    "mooncake-store": "The Mooncake store service's whole command, after its program (entrypoint).",
 }
+SERVICES = {"vllm": "vllm", "vllm-router": "router", "mooncake-master": "master", "mooncake-store": "store"}
+MOONCAKE_NOTES = (
+    "Mooncake's own program, from this deployment's image: every Mooncake process runs one locked wheel.",
+)
 ROUTER_NOTES = (
     "vllm-router is its own program (PyPI: vllm-router), in the factory's router image "
     "(`factory build-router`).",
@@ -110,13 +116,17 @@ def render(deployment: Deployment, role: NodeRole) -> str:
         # head turns healthy only once every rank has joined, so its --wait covers it.
         " --wait" if spec.probe else "  (headless: the head's --wait covers this node)"
     )
-    vllm = spec.program == "vllm"
+    if spec.after:  # each file is one host's: compose cannot wait across them, the order is said here
+        start = f"once {', '.join(spec.after)} answer, {start}"
+    notes = {"vllm": (), "vllm-router": ROUTER_NOTES}.get(spec.program, MOONCAKE_NOTES)
     return (
         environment()
         .get_template("compose.yaml.j2")
         .render(
-            service="vllm" if vllm else "router",
-            image_notes=() if vllm else ROUTER_NOTES,
+            service=SERVICES[spec.program],
+            image_notes=notes,
+            entrypoint=[compose_value(word) for word in spec.entrypoint],
+            configs=[(config, f"./{config.file}") for config in spec.configs],
             command_note=COMMAND_NOTES[spec.program],
             device_note=_device_note(deployment, spec),
             image=deployment.image,
@@ -152,9 +162,9 @@ def _image(spec: RunSpec) -> str:
     if spec.image.startswith("$"):
         value = compose_value(spec.image)
     else:
-        setting = IMAGE_SETTING if spec.program == "vllm" else ROUTER_IMAGE_SETTING
+        setting = ROUTER_IMAGE_SETTING if spec.program == "vllm-router" else IMAGE_SETTING
         value = f"${{{setting}:-{spec.image}}}"
-    return value if spec.program == "vllm" else json.dumps(value)
+    return json.dumps(value) if spec.program == "vllm-router" else value
 
 
 def _group_notes(deployment: Deployment) -> list[tuple[str, str]]:

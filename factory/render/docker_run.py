@@ -15,8 +15,11 @@ from factory.render.compose import CANNOT_EXPRESS as COMPOSE_CANNOT_EXPRESS
 
 # Run spec fields `docker run` cannot express, and why (a test keeps this list complete).
 CANNOT_EXPRESS = {
-    field: COMPOSE_CANNOT_EXPRESS[field]
-    for field in ("gpus", "platform", "requests", "cache_gb", "gpu_resource")
+    **{
+        field: COMPOSE_CANNOT_EXPRESS[field]
+        for field in ("gpus", "platform", "requests", "cache_gb", "gpu_resource")
+    },
+    "program": "the image's entrypoint (or the spec's own) runs the program: a docker run names none",
 }
 
 
@@ -27,9 +30,22 @@ def shell_word(arg: str) -> str:
     return arg if known else shlex.quote(arg)
 
 
+def command_words(spec: RunSpec) -> list[str]:
+    """What follows the image: the entrypoint's words after its first (docker run's --entrypoint takes
+    one), then the arguments."""
+    return [*spec.entrypoint[1:], *spec.argv]
+
+
+def start_note(spec: RunSpec) -> list[str]:
+    """The processes to start first, as a comment line (a docker run starts one process)."""
+    return [f"# once {', '.join(spec.after)} answer:"] if spec.after else []
+
+
 def run_options(spec: RunSpec) -> list[str]:
     """Everything between `docker run --rm` and the image, one option with its value per item."""
     options: list[str] = []
+    if spec.entrypoint:  # docker run takes one word here; the rest lead the command (command_words)
+        options.append(f"--entrypoint {shlex.quote(spec.entrypoint[0])}")
     if spec.gpu_request:
         options.append(f"--gpus {spec.gpu_request.count}")
     options += [f"--device={device}" for device in spec.devices]
@@ -50,6 +66,8 @@ def run_options(spec: RunSpec) -> list[str]:
         f'-v "${{{volume.setting}:-{volume.default.replace("~", "$HOME", 1)}}}:{volume.target}"'
         for volume in spec.volumes
     ]
+    # a generated config beside the compose files (run from that folder), filled when the process starts
+    options += [f'-v "$PWD/{config.file}:{config.template}:ro"' for config in spec.configs]
     options += [f"--label {shlex.quote(f'{name}={value}')}" for name, value in spec.all_labels]
     if spec.probe is None:
         options.append("--no-healthcheck")

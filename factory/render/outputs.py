@@ -50,6 +50,12 @@ def image_support_file(name: str) -> bytes:
     return ((shebang + "\n" if shebang else "") + header + rest).encode()
 
 
+def _fill_launcher(base: PurePosixPath) -> OutputFile:
+    """A KV-store image's config launcher (factory.plan.kv): fills a Mooncake config, then runs a process."""
+    name = "factory-fill-config"
+    return OutputFile(base / name, image_support_file(name), executable=True)
+
+
 def image_outputs(image: ImageSpec, inputs_hash: str, model_folder: Path | None) -> list[OutputFile]:
     """The image's build context: Dockerfile, launcher, version check, wheels/ and any bundled model.
     None for an image the factory cannot build (no version yet, no install for its hardware)."""
@@ -63,6 +69,15 @@ def image_outputs(image: ImageSpec, inputs_hash: str, model_folder: Path | None)
         OutputFile(base / "factory-serve", image_support_file("factory-serve"), executable=True),
         OutputFile(base / "image_info.py", image_support_file("image_info.py")),
         *_requirements(base, image),
+        *(
+            [
+                OutputFile(
+                    base / "factory-fill-config", image_support_file("factory-fill-config"), executable=True
+                )
+            ]
+            if image.install.mooncake
+            else []
+        ),
         # Local find-links folder for the pip step; a build may put wheels here.
         OutputFile(base / "wheels" / ".keep", b""),
     ]
@@ -112,6 +127,12 @@ def compose_outputs(deployment: Deployment) -> list[OutputFile]:
     env_example = compose.env_example(deployment)
     if env_example is not None:
         files.append(OutputFile(compose.directory(deployment) / ".env.example", env_example.encode()))
+    # The config templates its processes read (a KV store's Mooncake configs), beside the files mounting them.
+    configs = {config.file: config for group in deployment.run for config in group.spec.configs}
+    files += [
+        OutputFile(compose.directory(deployment) / name, config.content.encode())
+        for name, config in sorted(configs.items())
+    ]
     return files
 
 

@@ -72,6 +72,9 @@ def site_processes(data: dict[str, Any]) -> tuple[dict[str, list[str]], dict[str
             found[f"vllm_worker_argvs[{index}]"] = list(argv)
         if router := _router_argv(data):
             found["router_argv"] = router
+        store = data.get("store")
+        if isinstance(store, dict) and store.get("command"):  # the site's is a shell command
+            found["store_argv"] = shlex.split(str(store["command"]))
         return found, {"env": dict(data.get("env") or {})}
     if data.get("deploy_type") == "pd_cluster" or "prefill" in data:
         processes: dict[str, list[str]] = {}
@@ -265,19 +268,41 @@ KV_FIELDS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "kv_min_vllm_version": lambda data: data.get("kv_min_vllm_version"),
     "vllm_install": lambda data: data.get("vllm_install"),
     "master": lambda data: (data.get("master") or {}).get("command"),
-    "store": lambda data: data.get("store") and {k: data["store"].get(k) for k in ("command", "config")},
+}
+# The configs a KV-store rendering carries, compared with the recorded config edits applied.
+KV_CONFIGS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "store.config": lambda data: (data.get("store") or {}).get("config"),
     "mooncake_config": lambda data: data.get("mooncake_config"),
 }
 
 
 def _kv_difference(site: dict[str, Any], mine: dict[str, Any]) -> str | None:
-    """The first field of a KV-store rendering that differs, or a process whose argv differs in order
-    (the store's connector flags must come last: vLLM reads the last one)."""
+    """The first field of a KV-store rendering that differs (its configs with the recorded edits applied),
+    or a process whose flags the two sides share come in another order (the store's connector flags must
+    come last: vLLM reads the last one)."""
     for name, read in KV_FIELDS.items():
         if read(site) != read(mine):
             return name
+    edits = _edits(mine)
+    for path, read in KV_CONFIGS.items():
+        expected = read(site)
+        if expected is not None:
+            expected = dict(expected)
+            for edit in (e for e in edits if e.get("process") == path and "key" in e):
+                expected.pop(str(edit["key"]), None)
+                if edit.get("after") is not None:
+                    expected[str(edit["key"])] = edit["after"]
+        if expected != read(mine):
+            return path
     for path, argv in site_processes(site)[0].items():
-        if path != "router_argv" and at_path(mine, path) != argv:
+        if path == "router_argv" or not isinstance(at_path(mine, path), list):
+            continue
+        edited = [e for e in edits if e.get("process") == path and "env" not in e]
+        removed = {tuple(e.get("before") or ()) for e in edited}
+        added = {tuple(e.get("after") or ()) for e in edited}
+        theirs = [unit for unit in split(argv).units if unit not in removed]
+        ours = [unit for unit in split(at_path(mine, path)).units if unit not in added]
+        if theirs != ours:
             return f"{path}: order"
     return None
 

@@ -125,9 +125,11 @@ def coverage(
             _column(hardware, skipped.hardware)
         for blueprint in plan.images:
             image = blueprint.image
-            row = matrix.rows.setdefault(f"{image.model_id} ({image.variant})", {})
+            # a KV-store image (the plain image with Mooncake) has a row of its own
+            name = f"{image.model_id} ({image.variant}{', KV store' if blueprint.kv_store else ''})"
+            row = matrix.rows.setdefault(name, {})
             row[image.hardware] = _with_passed_over(_cell(blueprint, root, reports, images, lint), image)
-            by_row.setdefault(f"{image.model_id} ({image.variant})", []).append(blueprint)
+            by_row.setdefault(name, []).append(blueprint)
             _column(hardware, image.hardware)
             done += 1
             if done % 250 == 0 or done == total:

@@ -73,9 +73,12 @@ def kubernetes_cell(
     counts: dict[str, Counter[str]] = {state: Counter() for state in STATES}
     cited: dict[str, dict[int, list[str]]] = {state: {} for state in STATES}  # record -> its folders
     stale: list[str] = []
-    waiting = 0
+    waiting = kv = 0
     for blueprint in blueprints:
         for deployment in blueprint.deployments:
+            if deployment.deploy_type == "kv_store_lb":
+                kv += 1
+                continue
             if not kubernetes.deployable(deployment):
                 waiting += 1
                 continue
@@ -88,11 +91,12 @@ def kubernetes_cell(
             counts[judged.state][_kind(deployment)] += 1
             for n in judged.cited:
                 cited[judged.state].setdefault(n, []).append(folder.as_posix())
-    if not (any(counts.values()) or stale or waiting):
+    if not (any(counts.values()) or stale or waiting or kv):
         return KubernetesCell("", "no deployment planned")
     parts = [f"{STATES[state]}: {_counted(counts[state])}" for state in STATES if counts[state]]
     parts += [f"{len(stale)} stale or missing"] if stale else []
     parts += [f"{waiting} prefill/decode: no manifest, the router is not locked"] if waiting else []
+    parts += [f"{kv} KV store: no manifest yet (compose files only)"] if kv else []
     detail = [line for state in STATES for line in _cited(state, counts[state], cited[state], records)]
     detail += [f"stale or missing (run `factory generate`): {', '.join(sorted(stale))}"] if stale else []
     detail += (

@@ -7,9 +7,13 @@ its rule made, keyed by the process's path in this object (`argv`, `head_argv`, 
 
 from __future__ import annotations
 
+import json
+import shlex
 from typing import Any
 
 from factory.generate.blueprint import Blueprint, Blueprints
+from factory.plan.deployments import env_text
+from factory.plan.kv import own_command
 from factory.plan.models import Deployment, NodeRole, Skipped
 from factory.recipes.loader import LoadedRecipe, RecipeProblem
 from factory.synthesis.kv_store import KvCommand
@@ -80,12 +84,15 @@ def problem_line(problem: RecipeProblem) -> dict[str, Any]:
     return {"recipe": problem.recipe_id, "file": str(problem.path), "skipped": problem.one_line()}
 
 
-def kv_rendering(loaded: LoadedRecipe, kv: KvCommand) -> dict[str, Any]:
+def kv_rendering(
+    loaded: LoadedRecipe, kv: KvCommand, generated: tuple[Blueprint, Deployment] | None
+) -> dict[str, Any]:
     """A Mooncake KV-store deployment in the site's keys (`vllm_argv` the first instance's head,
-    `vllm_worker_argvs` its follower ranks), every instance's processes besides. Its commands are the
-    site's, with no deviation applied: the factory generates no files from them yet (`generated`)."""
+    `vllm_worker_argvs` its follower ranks, `store`, `router_argv`, `mooncake_config`), every instance's
+    processes besides. Generated: the factory's processes and configs, with the deviations and the edits
+    that made them from the site's; else (no image planned for it) the site's commands as synthesized."""
     first = kv.instances[0].nodes
-    return {
+    found: dict[str, Any] = {
         "model": kv.model,
         "recipe": loaded.recipe_id,
         "variant": kv.variant,
@@ -93,7 +100,7 @@ def kv_rendering(loaded: LoadedRecipe, kv: KvCommand) -> dict[str, Any]:
         "strategy": kv.store_id,
         "node_count": kv.node_count,
         "deploy_type": "kv_store_lb",
-        "generated": False,
+        "generated": generated is not None,
         "serving_strategy": kv.serving,
         "kv_min_vllm_version": kv.store.min_vllm_version,
         "instances": len(kv.instances),
@@ -108,12 +115,70 @@ def kv_rendering(loaded: LoadedRecipe, kv: KvCommand) -> dict[str, Any]:
         "mooncake_config": kv.vllm_config,
         "ignored": [key.field for key in loaded.ignored],
     }
+    if generated is not None:
+        found |= _generated_kv(kv, *generated)
+    return found
+
+
+def _generated_kv(kv: KvCommand, blueprint: Blueprint, deployment: Deployment) -> dict[str, Any]:
+    roles = {role.name: role for role in deployment.roles}
+    heads = [role for role in deployment.roles if role.pool and role.pool.startswith("instance-")]
+    first = [role for role in heads if role.pool == "instance-1"]
+    found: dict[str, Any] = {
+        "image": blueprint.image.reference,
+        "buildable": blueprint.image.install is not None,
+        "vllm_version": blueprint.judged.text,
+        "vllm_version_from": blueprint.judged.source,
+        # the site's values where the factory kept them (in their JSON types), else the factory's
+        "env": {
+            name: kv.env[name] if name in kv.env and env_text(kv.env[name]) == value else value
+            for name, value in first[0].environment.items()
+        },
+        "vllm_argv": first[0].argv,
+        "vllm_worker_argvs": [role.argv for role in first[1:]] or None,
+        "instance_argvs": [
+            [role.argv for role in heads if role.pool == f"instance-{number}"]
+            for number in range(1, len(kv.instances) + 1)
+        ],
+        "router_argv": roles["router"].argv if "router" in roles else None,
+        "mooncake_config": _config(first[0]),
+        "deviations": [
+            {"flag": d.flag, "reason": d.reason, "edits": [edit.model_dump() for edit in d.edits]}
+            for d in deployment.deviations
+        ],
+    }
+    if "store" in roles:
+        store = roles["store"]
+        found["store"] = {"command": shlex.join(own_command(store)), "config": _config(store)}
+        found["store_argv"] = own_command(store)
+    return found
+
+
+def _config(role: NodeRole) -> dict[str, Any]:
+    """The values of the Mooncake config a process reads, as generated (its do-not-edit line aside)."""
+    values: dict[str, Any] = json.loads(role.launch.configs[0].content) if role.launch.configs else {}
+    values.pop("comment", None)
+    return values
 
 
 def all_renderings(blueprints: Blueprints) -> list[dict[str, Any]]:
     """Every rendering, then every skipped combination, then every recipe that could not be planned."""
-    lines = [rendering(bp, deployment) for bp in blueprints.images for deployment in bp.deployments]
-    lines += [kv_rendering(loaded, kv) for loaded, kv in blueprints.kv_stores]
+    generated = {
+        (bp.image.recipe_id, bp.image.variant, bp.image.hardware, d.strategy): (bp, d)
+        for bp in blueprints.images
+        if bp.kv_store
+        for d in bp.deployments
+    }
+    lines = [
+        rendering(bp, deployment)
+        for bp in blueprints.images
+        if not bp.kv_store
+        for deployment in bp.deployments
+    ]
+    lines += [
+        kv_rendering(loaded, kv, generated.get((loaded.recipe_id, kv.variant, kv.hardware, kv.store_id)))
+        for loaded, kv in blueprints.kv_stores
+    ]
     lines += [skipped_line(skipped) for skipped in blueprints.skipped]
     lines += [problem_line(problem) for problem in blueprints.problems]
     return lines

@@ -9,7 +9,7 @@ from factory.generate.blueprint import Blueprint
 from factory.plan.models import Deployment, ImagePlan, NodeRole
 from factory.plan.settings import setting
 from factory.render import compose
-from factory.render.docker_run import run_options, shell_word
+from factory.render.docker_run import command_words, run_options, shell_word, start_note
 from factory.synthesis.args import units
 
 
@@ -62,13 +62,10 @@ def serve_command(role: NodeRole) -> str:
 
 def docker_run(plan: Deployment, role: NodeRole) -> str:
     spec = plan.spec(role)
-    if spec.program != "vllm":
-        return (
-            "# the router runs outside the factory's images: pip install vllm-router, then the command above"
-        )
     # --rm removes a container that exits, which Docker refuses beside a restart policy
     start = "docker run --rm" if spec.restart == "no" else "docker run"
-    return _lines([start, *run_options(spec), spec.image, *_pairs(spec.argv)])
+    command = _lines([start, *run_options(spec), spec.image, *_pairs(command_words(spec))])
+    return "\n".join([*start_note(spec), command])
 
 
 def render_show(blueprint: Blueprint, plan: Deployment) -> str:

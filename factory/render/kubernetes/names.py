@@ -36,8 +36,10 @@ ROUTER = "router"  # the P/D router's part of its objects' names, and its compon
 
 
 def deployable(deployment: Deployment) -> bool:
-    """Deployments printed as manifests: every one, a prefill/decode one once the router is locked (a pod
-    needs its image; compose can take it from a setting)."""
+    """Deployments printed as manifests: every one but a KV store's (not yet), a prefill/decode one once the
+    router is locked (a pod needs its image; compose can take it from a setting)."""
+    if deployment.deploy_type == "kv_store_lb":
+        return False
     return not any(group.spec.image.startswith("$") for group in deployment.run)
 
 

@@ -40,6 +40,8 @@ CANNOT_EXPRESS = {
     "group when a pod restarts",
     "network": "every pod has an address every other pod reaches (the nodes meet there, no host network); "
     "a Service publishes the API",
+    "after": "not yet: no KV-store deployment gets manifests yet (an init container waiting for each "
+    "process's Service would say it)",
 }
 
 
@@ -147,6 +149,10 @@ def pod_template(
     """The pod of one process group: its container printed from the spec."""
     name = object_name(deployment)
     command, args, names = pod_command(spec, where, table)
+    if spec.entrypoint:  # a Mooncake process, or one whose config is filled first: its program, then args
+        if command is not None:
+            raise InputError(f"{where}: a computed rank and an entrypoint of its own", field="entrypoint")
+        command = list(spec.entrypoint)
     env: list[dict[str, Any]] = []
     extra: list[tuple[str, Value]] = list(spec.env)
     values: list[tuple[str, str]] = []
@@ -173,11 +179,18 @@ def pod_template(
     ]
     env += [{"name": env_name, "value": text} for env_name, text in values]
     # The catalog's volumes come first, in its order: the model cache component patches them by index.
-    mounts = [{"name": volume.name, "mountPath": volume.target} for volume in spec.volumes]
+    mounts: list[dict[str, Any]] = [{"name": v.name, "mountPath": v.target} for v in spec.volumes]
+    # Generated configs, from the deployment's ConfigMap <name>-configs (one key per file).
+    mounts += [
+        {"name": "configs", "mountPath": config.template, "subPath": config.file, "readOnly": True}
+        for config in spec.configs
+    ]
     cache = cache_limit(spec)
     volumes: list[dict[str, Any]] = [
         {"name": volume.name, "emptyDir": {"sizeLimit": cache} if cache else {}} for volume in spec.volumes
     ]
+    if spec.configs:
+        volumes.append({"name": "configs", "configMap": {"name": f"{name}-configs"}})
     if spec.shm_size:
         mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
         volumes.append(
