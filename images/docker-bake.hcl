@@ -66,7 +66,7 @@ target "tiny-random-embedding-vllm0-32-0-cpu-default-mooncake" {
   context    = "images/tiny-random-embedding/vllm0.32.0-cpu-default-mooncake"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/tiny-random-embedding:vllm0.32.0-cpu-default-mooncake", "${REGISTRY}vllm-factory/tiny-random-embedding:vllm0.32.0-cpu-default-mooncake-977b51ba59c8"]
+  tags       = ["${REGISTRY}vllm-factory/tiny-random-embedding:vllm0.32.0-cpu-default-mooncake", "${REGISTRY}vllm-factory/tiny-random-embedding:vllm0.32.0-cpu-default-mooncake-469cb468e4a6"]
 }
 
 target "tiny-random-llama-vllm0-32-0-cpu-default" {
@@ -80,7 +80,7 @@ target "tiny-random-llama-vllm0-32-0-cpu-default-mooncake" {
   context    = "images/tiny-random-llama/vllm0.32.0-cpu-default-mooncake"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default-mooncake", "${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default-mooncake-32b861f5c324"]
+  tags       = ["${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default-mooncake", "${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default-mooncake-3b58d580b3f1"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default" {

@@ -213,6 +213,20 @@ def tiny_built(project: Project, docker_client: docker.DockerClient):
     return build_image(ROOT, blueprint_of(project, TINY, "cpu"), load_settings(ROOT))
 
 
+def kv_blueprint(project: Project) -> Blueprint:
+    """The tiny model's KV-store image on the CPU target, with its two deployments."""
+    return select(project, TINY, "cpu", kv_store=True)[0]
+
+
+@pytest.fixture(scope="session")
+def kv_built(project: Project, tiny_built: Any) -> Any:
+    """The tiny model's KV-store image: the plain image's layers (built first), then Mooncake's."""
+    from factory.base.settings import load_settings
+    from factory.build.builder import build_image
+
+    return build_image(ROOT, kv_blueprint(project), load_settings(ROOT))
+
+
 @pytest.fixture(scope="session")
 def omni_built(project: Project, docker_client: docker.DockerClient):  # type: ignore[no-untyped-def]
     """The CUDA omni image (Stable Diffusion 3.5 on H100), built once per run: torch's layer is the Kimi

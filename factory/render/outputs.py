@@ -111,11 +111,18 @@ def _requirements(base: PurePosixPath, image: ImageSpec) -> list[OutputFile]:
     # must not name the vLLM release, or two releases with the same pins below vLLM would share nothing.
     shared = "# DO NOT EDIT: copied by `factory generate` from the lock; not specific to one release.\n"
     named = f"# DO NOT EDIT: copied by `factory generate` from the lock ({install.lock_key}).\n"
-    files = [("uv.txt", install.uv_requirements), *install.layers]
+    # The Mooncake layer (a KV-store image's) comes after the set's and names its own source: the set's files
+    # stay the plain image's byte for byte, so every layer of the plain image is reused.
+    mooncake = [(n, t) for n, t in install.layers if n == "mooncake.txt"]
+    files = [("uv.txt", install.uv_requirements), *[(n, t) for n, t in install.layers if n != "mooncake.txt"]]
     last = len(files) - 1
-    return [
+    found = [
         OutputFile(base / "requirements" / name, ((named if index == last else shared) + text).encode())
         for index, (name, text) in enumerate(files)
+    ]
+    own = f"# DO NOT EDIT: copied by `factory generate` from the lock (Mooncake {install.mooncake}).\n"
+    return found + [
+        OutputFile(base / "requirements" / name, (own + text).encode()) for name, text in mooncake
     ]
 
 
