@@ -282,9 +282,15 @@ def metric(container: Any, name: str, **labels: str) -> float:
 @pytest.mark.docker
 @pytest.mark.e2e
 def test_prefill_and_decode_on_cpu_behind_the_router_decode_loads_kv_it_did_not_compute(
-    no_leftovers: None, router_built: BuildResult, tiny_built: BuildResult, cluster: Cluster
+    no_leftovers: None,
+    project: Project,
+    router_built: BuildResult,
+    tiny_built: BuildResult,
+    cluster: Cluster,
 ) -> None:
     import json
+
+    port = router_health(project).port
 
     folder = cluster.volume()
     kv = ["--kv-transfer-config", json.dumps(KV_TRANSFER)]
@@ -308,18 +314,16 @@ def test_prefill_and_decode_on_cpu_behind_the_router_decode_loads_kv_it_did_not_
             cluster.url("decode"),
             "--host",
             "0.0.0.0",
-            "--port",
-            "8000",
             "--worker-startup-check-interval",
             "2",
-        ],
-        ports={"8000/tcp": ("127.0.0.1", None)},
+        ],  # no --port: the router's own default, where the image's HEALTHCHECK asks
+        ports={f"{port}/tcp": ("127.0.0.1", None)},
     )
     wait_for_health(router, 180)
     # A prompt longer than one KV block (the connector moves whole blocks), well inside --max-model-len 512.
     prompt = " ".join(f"word{index}" for index in range(40))
     response = requests.post(
-        f"{published(router)}/v1/chat/completions",
+        f"{published(router, port)}/v1/chat/completions",
         json={
             "model": TINY,
             "messages": [{"role": "user", "content": prompt}],
