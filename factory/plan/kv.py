@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from factory.catalog.schema import Mooncake
 from factory.plan.deployments import Finisher, env_text
 from factory.plan.models import ConfigEdit, Deviation, EnvEdit, FlagEdit, NodeRole, node_role
-from factory.plan.runspec import ConfigMount, Launch
+from factory.plan.runspec import FILL, ConfigMount, Launch
 from factory.plan.settings import placeholder_names
 from factory.project import Project
 from factory.recipes.loader import LoadedRecipe
@@ -31,7 +31,6 @@ from factory.recipes.tree_schema import ConfigValue
 from factory.synthesis.command import Command
 from factory.synthesis.kv_store import KvCommand
 
-FILL = "factory-fill-config"  # the image's launcher that fills a config template, then runs the process
 STORE_HOST = "$MOONCAKE_STORE_IP"  # the store's local_hostname: the address instances reach it at
 MASTER = "master"
 STORE = "store"
@@ -44,15 +43,6 @@ class PlannedKv:
     command: KvCommand
     roles: tuple[NodeRole, ...]
     deviations: tuple[Deviation, ...]
-
-
-def own_command(role: NodeRole) -> list[str]:
-    """A process's command as its program runs it: the fill launcher (the factory's own wrapper, as
-    factory-serve is vLLM's) left out."""
-    entry = role.launch.entrypoint
-    program = entry[3:] if entry[:1] == (FILL,) else entry
-    heads = {"vllm": ["vllm", "serve"], "vllm-router": ["vllm-router"]}
-    return [*heads.get(role.program, program), *role.words]
 
 
 def master_argv(text: str) -> list[str]:

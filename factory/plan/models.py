@@ -209,9 +209,10 @@ class NodeRole(Frozen):
 
     @property
     def argv(self) -> list[str]:
-        """The whole command, in the upstream JSON API's shape."""
+        """The whole command as its program runs it, in the upstream JSON API's shape (a launcher the
+        factory puts in front, factory-fill-config, left out)."""
         heads = {"vllm": ["vllm", "serve"], "vllm-router": ["vllm-router"]}
-        return [*heads.get(self.program, list(self.launch.entrypoint)), *self.words]
+        return [*heads.get(self.program, list(self.launch.program)), *self.words]
 
 
 def node_role(
@@ -314,8 +315,9 @@ class Deployment(Frozen):
         if role.program in TITLES:
             return TITLES[role.program] if self.deploy_type != "pd_cluster" else PD_ROUTER
         if role.pool and self.deploy_type == "kv_store_lb":
-            kind = "its head" if role.rank == 0 else f"node rank {role.rank}"
-            return f"{role.pool.replace('-', ' ')} of {self.nodes} node(s), {kind} ({role.name})"
+            kind = "its head" if role.rank == 0 else f"its node rank {role.rank}"
+            size = f"{self.nodes} node{'s' if self.nodes > 1 else ''}"
+            return f"{role.pool.replace('-', ' ')} ({size}), {kind} ({role.name})"
         what = (
             f"{role.pool} pool, node {role.rank}" if role.pool else f"node rank {role.rank} of {self.nodes}"
         )

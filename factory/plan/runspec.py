@@ -264,6 +264,11 @@ def health_probe(
     )
 
 
+# The launcher of a KV-store image that fills a process's config, then runs the process (factory.plan.kv):
+# `factory-fill-config TEMPLATE FILLED COMMAND...`.
+FILL = "factory-fill-config"
+
+
 class Launch(Frozen):
     """How a process starts besides its command, when not as its image does: a Mooncake process's program,
     a config filled first, the processes it waits for."""
@@ -271,6 +276,11 @@ class Launch(Frozen):
     entrypoint: tuple[str, ...] = ()
     configs: tuple[ConfigMount, ...] = ()
     after: tuple[str, ...] = ()
+
+    @property
+    def program(self) -> tuple[str, ...]:
+        """The program's own words, the fill launcher (the factory's wrapper) left out."""
+        return self.entrypoint[3:] if self.entrypoint[:1] == (FILL,) else self.entrypoint
 
 
 def process_spec(

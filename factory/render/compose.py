@@ -117,7 +117,7 @@ def render(deployment: Deployment, role: NodeRole) -> str:
         " --wait" if spec.probe else "  (headless: the head's --wait covers this node)"
     )
     if spec.after:  # each file is one host's: compose cannot wait across them, the order is said here
-        start = f"once {', '.join(spec.after)} answer, {start}"
+        start = f"{start}  (once these answer: {', '.join(spec.after)})"
     notes = {"vllm": (), "vllm-router": ROUTER_NOTES}.get(spec.program, MOONCAKE_NOTES)
     return (
         environment()

@@ -38,7 +38,7 @@ def command_words(spec: RunSpec) -> list[str]:
 
 def start_note(spec: RunSpec) -> list[str]:
     """The processes to start first, as a comment line (a docker run starts one process)."""
-    return [f"# once {', '.join(spec.after)} answer:"] if spec.after else []
+    return [f"# start it once these answer: {', '.join(spec.after)}"] if spec.after else []
 
 
 def run_options(spec: RunSpec) -> list[str]:

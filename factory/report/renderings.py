@@ -13,7 +13,6 @@ from typing import Any
 
 from factory.generate.blueprint import Blueprint, Blueprints
 from factory.plan.deployments import env_text
-from factory.plan.kv import own_command
 from factory.plan.models import Deployment, NodeRole, Skipped
 from factory.recipes.loader import LoadedRecipe, RecipeProblem
 from factory.synthesis.kv_store import KvCommand
@@ -149,8 +148,8 @@ def _generated_kv(kv: KvCommand, blueprint: Blueprint, deployment: Deployment) -
     }
     if "store" in roles:
         store = roles["store"]
-        found["store"] = {"command": shlex.join(own_command(store)), "config": _config(store)}
-        found["store_argv"] = own_command(store)
+        found["store"] = {"command": shlex.join(store.argv), "config": _config(store)}
+        found["store_argv"] = store.argv
     return found
 
 

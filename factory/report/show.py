@@ -30,6 +30,9 @@ def install_commands(image: ImagePlan) -> list[str]:
         f"the other dependencies of {install.package}",
         f"{install.package}=={image.vllm_version}: the locked set {install.lock_key}",
     ) + ((f"vllm-omni=={install.omni} and what only it needs",) if install.omni else ())
+    if install.mooncake:
+        libraries = " ".join(install.mooncake_system_packages)
+        what += (f"Mooncake {install.mooncake} and what vLLM's set lacks (apt: {libraries})",)
     return (
         passed
         + [
@@ -54,10 +57,11 @@ def _pairs(args: list[str]) -> list[str]:
 
 def serve_command(role: NodeRole) -> str:
     exports = [f"export {key}={shell_word(value)}" for key, value in role.environment.items()]
-    words = role.words
-    program = "vllm serve " + shell_word(words[0]) if role.program == "vllm" else "vllm-router"
-    rest = words[1:] if role.program == "vllm" else words
-    return "\n".join([*exports, _lines([program, *_pairs(rest)])])
+    words = role.argv
+    # `vllm serve MODEL` on one line, as the recipe pages print it; every other program's words, then flags
+    head = 3 if role.program == "vllm" else len(words) - len(role.words)
+    program = " ".join(shell_word(word) for word in words[:head])
+    return "\n".join([*exports, _lines([program, *_pairs(words[head:])])])
 
 
 def docker_run(plan: Deployment, role: NodeRole) -> str:
