@@ -396,3 +396,19 @@ def test_a_model_served_under_a_name_of_its_own_is_asked_for_by_that_name(
     assert "tiny-chat" in cases["live:models"].detail
     assert TINY not in cases["live:models"].detail, "the server answers to the recipe's name only"
     assert cases["live:chat"].status == "passed", cases["live:chat"].detail
+
+
+def test_dots3_note_prev_upstream_is_asked_for_by_the_name_it_serves(tmp_path: Path) -> None:
+    """The shared corpus's recipe that sets --served-model-name: every process of every deployment of it,
+    on every hardware, is asked by that name (validation's probes, the served-names label), never its id."""
+    from tests.conftest import needs_path
+
+    corpus = needs_path("FACTORY_UPSTREAM_RECIPES")
+    project = load_project(ROOT, corpus, tmp_path / "out")
+    loaded = project.tree.recipe("dots-studio/dots3-note-prev")
+    deployments = [d for bp in plan_recipe(project, loaded).images for d in bp.deployments]
+    serving = [
+        d.spec(role) for d in deployments for role in d.roles if role.program == "vllm" and role.serves_http
+    ]
+    assert len(serving) > 10
+    assert {spec.served_names for spec in serving} == {("dots3-note-prev",)}
