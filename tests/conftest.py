@@ -122,6 +122,16 @@ def small_recipe(**changes: Any) -> dict[str, Any]:
     return recipe
 
 
+@pytest.fixture(scope="session")
+def launcher(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A stand-in for the image's launcher on PATH: prints the arguments it was started with."""
+    folder = tmp_path_factory.mktemp("launcher")
+    script = folder / "factory-serve"
+    script.write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    script.chmod(0o755)
+    return folder
+
+
 @pytest.fixture
 def scratch(tmp_path: Path) -> Path:
     """A copy of the project's data and generated files, for tests that change or break them."""

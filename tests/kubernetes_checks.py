@@ -300,6 +300,7 @@ def container_environment(
 # --- addresses: each process binds its pod's address, the PD router reaches pools by stable names ------
 
 ROUTER_POOL_FLAGS = ("--prefill", "--decode")
+ROUTER_WORKERS_FLAG = "--worker-urls"  # the KV router's instances, one URL per word up to the next flag
 BOUND_VARIABLES = ("VLLM_NIXL_SIDE_CHANNEL_HOST",)
 WILDCARDS = {"0.0.0.0", "::"}  # every interface of the pod: its address among them (a recipe's own --host)
 URL_HOST = re.compile(r"^https?://(?P<host>[^:/]+)(?::\d+)?/?$")
@@ -318,12 +319,17 @@ def address_problems(objects: list[Mapping[str, Any]]) -> list[str]:
     its pod's address from the downward API (loopback serves no other pod, a fixed IP is another pod's; a
     --host of every interface includes it, an advertised side-channel host must be it); a PD
     router pointed at anything but a stable DNS name an LWS of the manifest gives one of its pods
-    (`<lws>-0` its leader, `<lws>-0-<i>` its other nodes, under its headless Service `<lws>`)."""
+    (`<lws>-0` its leader, `<lws>-0-<i>` its other nodes, under its headless Service `<lws>`); a KV router
+    pointed at anything but a Service of the manifest, at one of its ports."""
     stable = set()
     for obj in objects:
         if obj["kind"] == "LeaderWorkerSet":
             name, size = obj["metadata"]["name"], obj["spec"]["leaderWorkerTemplate"]["size"]
             stable |= {f"{name}-0.{name}"} | {f"{name}-0-{i}.{name}" for i in range(1, size)}
+    services = {
+        f"{o['metadata']['name']}:{port['port']}" for o in objects if o["kind"] == "Service"
+        for port in o["spec"]["ports"]
+    }  # fmt: skip
     problems: list[str] = []
     for obj in objects:
         if obj["kind"] not in ("Deployment", "LeaderWorkerSet"):
@@ -340,7 +346,22 @@ def address_problems(objects: list[Mapping[str, Any]]) -> list[str]:
                         match = URL_HOST.match(value)
                         if match is None or match["host"] not in stable:
                             problems.append(f"{where}: {flag} {value} is not a stable name of a pool's pod")
+                problems += _worker_url_problems(where, args, services)
                 for e in container.get("env", []):
                     if e["name"] in BOUND_VARIABLES and e.get("value") not in own:
                         problems.append(f"{where}: {e['name']} is not its pod's address (status.podIP)")
     return problems
+
+
+def _worker_url_problems(where: str, args: list[str], services: set[str]) -> list[str]:
+    """A KV router's --worker-urls: each a Service of the manifest at one of its ports, never a pod's IP."""
+    if ROUTER_WORKERS_FLAG not in args:
+        return []
+    urls = list(
+        itertools.takewhile(lambda arg: not arg.startswith("-"), args[args.index(ROUTER_WORKERS_FLAG) + 1 :])
+    )
+    return [
+        f"{where}: {ROUTER_WORKERS_FLAG} {url} is not a Service of the manifest at one of its ports"
+        for url in urls
+        if url.removeprefix("http://").rstrip("/") not in services
+    ]

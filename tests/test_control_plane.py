@@ -98,11 +98,16 @@ def test_every_project_kustomization_reconciles_and_a_second_apply_changes_nothi
         left = wait_reconciled(plane, namespace, applied)
         assert not left, "\n".join(left[:20])
         groups = sum(doc["kind"] == "LeaderWorkerSet" for doc in everything)
+        stores = [
+            docs for (docs, _), d in zip(applied, deployments, strict=True) if d.deploy_type == "kv_store_lb"
+        ]
+        kv = [doc for docs in stores for doc in docs]
         print(
             f"Kubernetes {version(plane)}: {len(folders)} kustomizations, {len(everything)} objects applied, "
-            f"{groups} LeaderWorkerSets, {pods_wanted(everything)} pods reconciled"
+            f"{groups} LeaderWorkerSets, {pods_wanted(everything)} pods reconciled; of them KV stores: "
+            f"{len(stores)} kustomizations, {len(kv)} objects, {pods_wanted(kv)} pods"
         )
-        assert groups >= 40 and len(folders) >= 80
+        assert groups >= 40 and len(folders) >= 80 and len(stores) >= 20
         before = generations(plane, namespace)
         for folder in folders:
             _apply_k(plane, folder, namespace)
@@ -172,14 +177,24 @@ def test_the_old_mistakes_fail_on_the_control_plane_and_the_name_budget_holds_fo
         assert any(expected in problem for problem in left), (namespace, left)
 
 
+MULTI_NODE_INSTANCES = "multi-node-instances"  # a KV store's layout whose instances are LeaderWorkerSets
+
+
 def _sample(k8s: Path) -> dict[str, Path]:
-    """One kustomization per strategy and layout (one node, each node count, prefill/decode), the first in
-    path order: every shape the corpus prints, few enough for two minutes."""
+    """One kustomization per strategy and layout (one node, each node count, prefill/decode, a KV store's
+    instances of one node and of several), the first in path order: every shape the corpus prints, few
+    enough for two minutes."""
     chosen: dict[str, Path] = {}
     for found in sorted(k8s.glob("*/*/*/**/kustomization.yaml")):
         folder = found.parent
         parts = folder.relative_to(k8s).parts  # slug, hardware-variant, strategy[, N-nodes]
-        chosen.setdefault("/".join(parts[2:]), folder)
+        layout = list(parts[2:])
+        if (
+            parts[2].startswith("kv_store")
+            and "kind: LeaderWorkerSet" in (folder / "manifest.yaml").read_text()
+        ):
+            layout.append(MULTI_NODE_INSTANCES)
+        chosen.setdefault("/".join(layout), folder)
     return chosen
 
 
@@ -206,11 +221,17 @@ def test_a_sample_of_the_upstream_corpus_reconciles(
     assert not left, "\n".join(left[:20])
     layouts = {key.split("/")[-1] for key in sample if key.endswith("-nodes")}
     strategies = {key.split("/")[0] for key in sample}
-    print(f"corpus sample: {len(sample)} kustomizations ({sorted(strategies)}; layouts {sorted(layouts)})")
-    assert {"single_node_tp", "multi_node_tp", "multi_node_dep", "pd_cluster"} <= strategies, sorted(
+    pods = pods_wanted([doc for docs, _ in applied for doc in docs])
+    print(
+        f"corpus sample: {len(sample)} kustomizations ({sorted(strategies)}; layouts {sorted(layouts)}), "
+        f"{sum(map(len, (docs for docs, _ in applied)))} objects, {pods} pods reconciled"
+    )
+    kv = {"kv_store_centralized_mooncake", "kv_store_distributed_mooncake"}
+    assert {"single_node_tp", "multi_node_tp", "multi_node_dep", "pd_cluster"} | kv <= strategies, sorted(
         strategies
     )
     assert len(layouts) >= 2, sorted(layouts)
+    assert any(key.endswith(MULTI_NODE_INSTANCES) for key in sample), "a KV store with multi-node instances"
     # The claim component holds for every shape too (prefill/decode pools of one node, the router's pod).
     claimed = _kustomized(_claim_overlay(tmp_path / "with-claim", list(sample.values())))
     for doc in claimed:
@@ -223,9 +244,9 @@ def test_a_sample_of_the_upstream_corpus_reconciles(
 
 
 # What the pods need beyond Pod Security's "baseline" profile, and why (the README lists the same):
-# IPC_LOCK for NCCL's and RDMA's pinned memory (the catalog's server.capabilities), and on AMD an
+# IPC_LOCK for NCCL's, RDMA's and Mooncake's pinned memory (the catalog's server.capabilities), and on AMD an
 # unconfined seccomp profile (ROCm's containers ask for it: the catalog's amd security_opt).
-BEYOND_BASELINE = {'non-default capabilities (container "vllm" must not include "IPC_LOCK"', "seccompProfile"}
+BEYOND_BASELINE = {'must not include "IPC_LOCK"', "seccompProfile"}
 
 
 def test_what_the_pods_need_beyond_the_baseline_pod_security_profile_is_what_the_readme_lists(

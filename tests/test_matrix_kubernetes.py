@@ -27,10 +27,18 @@ def _matrix(project: Project, reports: Path) -> Matrix:
     return coverage(plan_project(project), project.out, reports, None, lambda path: None)
 
 
+def _kv_store(folder: Path) -> bool:
+    """A KV-store deployment's folder (named by its kv_store file): its row is the model's KV-store row."""
+    return folder.name in {path.stem for path in (ROOT / "recipes" / "kv_store").glob("*.yaml")}
+
+
 def _on_disk(root: Path, slug: str) -> Counter[str]:
-    """The workloads of one model's manifests on disk, by kind, as a user counts them."""
+    """The workloads of one model's manifests on disk (its KV stores' apart: a row of their own), by kind,
+    as a user counts them."""
     found: Counter[str] = Counter()
     for path in (root / "k8s" / slug).rglob("manifest.yaml"):
+        if _kv_store(path.parent):
+            continue
         for doc in yaml.safe_load_all(path.read_text()):
             if doc and doc["kind"] in KIND_NAMES:
                 found[doc["kind"]] += 1
@@ -80,6 +88,24 @@ def test_a_recorded_run_makes_its_manifests_checked_and_the_tooltip_cites_it(
     assert detail.startswith(f"checked (2 of them): {CHECK}: passed {today} ")
     assert this_run() in detail and request.node.nodeid in detail
     assert matrix.kubernetes_records == [next(line for line in detail.splitlines()).split(": ", 1)[1]]
+
+
+def test_kv_store_deployments_are_counted_as_every_other_kind(
+    scratch: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Issue 32: a model's KV-store row counts its KV-store deployments' manifests as every row counts its
+    own, generated and then checked once a recorded run checked their bytes (it said "no manifest yet")."""
+    project = load_project(scratch)
+    folders = [p.parent for p in (scratch / "k8s" / "tiny-random-llama").rglob("manifest.yaml")]
+    stores = sum(map(_kv_store, folders))
+    assert stores == 2, "the tiny model's centralized and distributed KV stores"
+    row = f"{TINY} (default, KV store)"
+    before = _matrix(project, tmp_path).kubernetes[row]
+    assert before.text == f"generated, no test run recorded: {stores} KV store", before.text
+    _check_every_manifest(scratch, tmp_path, request.node.nodeid)
+    after = _matrix(project, tmp_path).kubernetes[row]
+    assert after.text == f"checked: {stores} KV store", after.text
+    assert after.detail.startswith(f"checked ({stores} of them): {CHECK}: passed")
 
 
 def test_a_manifest_changed_since_its_record_is_not_claimed_checked(

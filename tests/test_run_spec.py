@@ -29,7 +29,7 @@ from factory.project import Project, load_project
 from factory.render import compose, docker_run, kubernetes
 from factory.report.show import docker_run as show_docker_run
 from factory.validate import container
-from tests.conftest import ROOT, TINY, blueprint_of, recipes_tree, small_recipe
+from tests.conftest import ROOT, TINY, blueprint_of, kv_blueprint, recipes_tree, small_recipe
 
 # One change per field of the run spec: a new capability, one more environment variable, ...
 MUTATIONS: dict[str, Callable[[RunSpec], Any]] = {
@@ -66,7 +66,8 @@ MUTATIONS: dict[str, Callable[[RunSpec], Any]] = {
         *spec.configs,
         ConfigMount(file="x.json", template="/etc/x.json", filled="/run/x.json", content="{}"),
     ),
-    "after": lambda spec: (*spec.after, "master"),
+    "after": lambda spec: (*spec.after, "store"),
+    "rpc_port": lambda spec: (spec.rpc_port or 50051) + 1,
 }
 
 
@@ -104,6 +105,10 @@ def tiny_single(project: Project) -> Deployment:
     return blueprint_of(project, TINY, "cpu").deployment("single_node_tp")
 
 
+def kv_store(project: Project) -> Deployment:
+    return kv_blueprint(project).deployment("kv_store_centralized_mooncake")
+
+
 def test_every_field_of_the_run_spec_has_a_mutation() -> None:
     assert set(MUTATIONS) == set(RunSpec.model_fields)
 
@@ -116,7 +121,9 @@ def test_a_change_to_the_spec_reaches_every_format_that_can_express_it(
     """Adding a capability, an environment variable, ... changes every format at once; a field a format
     does not print is in that format's list of what it cannot express (and so the list stays complete)."""
     render, cannot = FORMATS[format_name]
-    deployment = tiny_single(project)
+    # A start order names other processes of the deployment: the tiny model's KV store (its master, made
+    # to wait for its store: the formats print the order, they do not judge it).
+    deployment = kv_store(project) if field == "after" else tiny_single(project)
     spec = deployment.run[0].spec
     changed = spec.model_copy(update={field: MUTATIONS[field](spec)})
     assert changed != spec

@@ -237,13 +237,18 @@ class MooncakeProcess(Strict):
     start_period_s: Count
     # Docker runs a container's first check one interval after it starts: these answer within seconds.
     health_interval_s: Count = 5
+    # Where the other processes call it, besides the port it answers its health check on (the master's RPC,
+    # where every instance and the store register): the default when its command names none.
+    rpc_port: Port | None = None
     requests: PodRequests | None = None
 
 
 class MooncakeProcesses(Strict):
     """The master and the store service, as Mooncake's own code runs them (read in the wheel, run here)."""
 
-    master: MooncakeProcess = MooncakeProcess(port=9003, health_path="/health", start_period_s=60)
+    master: MooncakeProcess = MooncakeProcess(
+        port=9003, health_path="/health", start_period_s=60, rpc_port=50051
+    )
     store: MooncakeProcess = MooncakeProcess(
         port=8080, health_path="/api/exist/healthcheck", start_period_s=150
     )

@@ -16,10 +16,12 @@ own address on the host's network (the router calls it there), and the catalog's
 from __future__ import annotations
 
 import json
+import math
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from factory.base.errors import InputError
 from factory.catalog.schema import Mooncake
 from factory.plan.deployments import Finisher, env_text
 from factory.plan.models import ConfigEdit, Deviation, EnvEdit, FlagEdit, NodeRole, node_role
@@ -29,11 +31,48 @@ from factory.project import Project
 from factory.recipes.loader import LoadedRecipe
 from factory.recipes.tree_schema import ConfigValue
 from factory.synthesis.command import Command
-from factory.synthesis.kv_store import KvCommand
+from factory.synthesis.kv_store import KvCommand, instance_setting
 
 STORE_HOST = "$MOONCAKE_STORE_IP"  # the store's local_hostname: the address instances reach it at
 MASTER = "master"
 STORE = "store"
+
+
+# The memory a Mooncake client registers, as mooncake_config.py (0.3.13.post1) reads its config: a size in
+# bytes, or a number with a binary suffix (case-insensitive, "256MB" is 256 MiB); its defaults where absent.
+HELD = {"global_segment_size": 3355443200, "local_buffer_size": 1073741824}
+SIZE_SUFFIXES = {"kb": 2**10, "mb": 2**20, "gb": 2**30, "tb": 2**40}  # the longer suffixes first
+SIZE_SUFFIXES |= {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40, "b": 1}
+
+
+def config_bytes(values: Mapping[str, ConfigValue], key: str, source: str) -> int:
+    """A size in a Mooncake config, in bytes, as Mooncake reads it."""
+    value = values.get(key, HELD[key])
+    text = str(value).strip().lower()
+    number, multiplier = text, 1
+    for suffix, times in SIZE_SUFFIXES.items():
+        if text.endswith(suffix):
+            number, multiplier = text[: -len(suffix)].strip(), times
+            break
+    try:
+        return int(float(number) * multiplier)
+    except ValueError:
+        raise InputError(
+            "a size Mooncake cannot read (a number of bytes, or one with a suffix: 500GB, 64MB)",
+            file=source,
+            field=key,
+            value=value,
+        ) from None
+
+
+def held_gib(values: Mapping[str, ConfigValue], source: str) -> int:
+    """The memory a process registers (its segment and its buffer), in whole GiB rounded up."""
+    return math.ceil(sum(config_bytes(values, key, source) for key in HELD) / 2**30)
+
+
+def instance_pool(number: int) -> str:
+    """Instance `number`'s pool: its head and its other ranks."""
+    return f"instance-{number}"
 
 
 @dataclass(frozen=True)
@@ -146,7 +185,10 @@ class _KvPlanner:
                 ],
             )
         launch = Launch(
-            entrypoint=(FILL, config.template, config.filled, *program), configs=(config,), after=(MASTER,)
+            entrypoint=(FILL, config.template, config.filled, *program),
+            configs=(config,),
+            after=(MASTER,),
+            holds_gib=held_gib(values, self.source),
         )
         env = self.filled_env(config, "store.env")
         return node_role(STORE, 0, args, env, program="mooncake-store", launch=launch)
@@ -157,7 +199,7 @@ class _KvPlanner:
         many = len(kv.instances) > 1
         roles: list[NodeRole] = []
         for number, instance in enumerate(kv.instances, start=1):
-            pool = f"instance-{number}"
+            pool = instance_pool(number)
             for rank, process in enumerate(instance.nodes):
                 name = pool if rank == 0 else f"{pool}-worker-{rank}"
                 if number == 1 and rank == 0:
@@ -167,7 +209,7 @@ class _KvPlanner:
                 else:
                     path, env_path = f"instance_argvs[{number - 1}][{rank}]", f"instance_envs[{number - 1}]"
                 # On the host's network an instance's API listens on its own address, which the router calls.
-                bind = f"$VLLM_INSTANCE_{number}" if many and rank == 0 else "$BIND_ADDRESS"
+                bind = f"${instance_setting(number)}" if many and rank == 0 else "$BIND_ADDRESS"
                 role = self.finisher.role(name, rank, process, pool=pool, bind=bind, path=path)
                 site_env = {key: env_text(value) for key, value in process.env.items()}
                 env = {**role.env, **self._config_path(site_env, config, env_path)}

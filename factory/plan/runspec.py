@@ -125,6 +125,9 @@ class RunSpec(Frozen):
     shm_size: str | None  # /dev/shm: a memory-backed file system of this size (None: the runtime's default)
     ulimits: tuple[tuple[str, int], ...]
     port: int  # the port the process listens on (its own --port, else its program's default)
+    # Where the deployment's other processes call it besides `port`: the Mooncake master's RPC (its
+    # -rpc_port, else Mooncake's default), where every instance and the store service register.
+    rpc_port: int | None = None
     served_names: tuple[str, ...]  # the names clients ask it for (its --served-model-name, else its model)
     network: Literal["host", "published"]  # the host's network (nodes meet there), or a published port
     probe: HealthProbe | None  # None: it serves no HTTP (a headless rank)
@@ -276,11 +279,30 @@ class Launch(Frozen):
     entrypoint: tuple[str, ...] = ()
     configs: tuple[ConfigMount, ...] = ()
     after: tuple[str, ...] = ()
+    # Memory it holds besides its program's floor (the catalog's requests): the store service's segment and
+    # buffer, which its config registers and pins; a pod of it asks for both.
+    holds_gib: int = 0
 
     @property
     def program(self) -> tuple[str, ...]:
         """The program's own words, the fill launcher (the factory's wrapper) left out."""
         return self.entrypoint[3:] if self.entrypoint[:1] == (FILL,) else self.entrypoint
+
+
+def _requests(run: Run, program: Program, launch: Launch) -> PodRequests | None:
+    """What a pod of the process asks for besides GPUs: the catalog's floor for its program, plus the memory
+    its launch says it holds."""
+    server, mooncake = run.server, run.mooncake
+    floors = {
+        "vllm": run.vendor.pod_requests,
+        "vllm-router": server.router_requests,
+        "mooncake-master": mooncake.master.requests,
+        "mooncake-store": mooncake.store.requests,
+    }
+    floor = floors[program]
+    if floor is None or not launch.holds_gib:
+        return floor
+    return floor.model_copy(update={"memory_gib": floor.memory_gib + launch.holds_gib})
 
 
 def process_spec(
@@ -301,7 +323,7 @@ def process_spec(
     programs = Programs(server=server, router=run.router, mooncake=run.mooncake)
     launch = launch or Launch()
     is_vllm = program == "vllm"
-    mooncake = run.mooncake.master if program == "mooncake-master" else run.mooncake.store
+    master = program == "mooncake-master"
     probe = health_probe(programs, program, options, run.start_period_s)
     served = options.served_names or ((options.model,) if options.model else ())
     return RunSpec(
@@ -324,6 +346,7 @@ def process_spec(
         shm_size=vendor.shm_size if is_vllm else None,
         ulimits=tuple(server.ulimits.items()) if is_vllm else (),
         port=listening_port(programs, program, options)[0],
+        rpc_port=(options.rpc_port or run.mooncake.master.rpc_port) if master else None,
         served_names=served if is_vllm else (),
         network="host" if host_network else "published",
         probe=probe,
@@ -332,12 +355,6 @@ def process_spec(
         gpu_resource=vendor.kubernetes_resource if is_vllm else None,
         restart=server.restart,
         publish_address=str(server.publish_address),
-        requests=(
-            vendor.pod_requests
-            if is_vllm
-            else server.router_requests
-            if program == "vllm-router"
-            else mooncake.requests
-        ),
+        requests=_requests(run, program, launch),
         cache_gb=run.weights_gb if is_vllm else None,
     )

@@ -26,6 +26,8 @@ CANNOT_EXPRESS = {
     "cache_gb": "the model cache is a host folder the user names (HF_CACHE): the host's disk bounds it",
     "gpu_resource": "a Kubernetes device plugin's name: Docker gives GPUs by driver (a device request) "
     "or by device path",
+    "rpc_port": "the Mooncake master runs on the host's network, where its command says where it listens "
+    "(-rpc_port): compose publishes only a process's API, and only off the host's network",
 }
 # ... and, for a process on the host's network (multi-node and P/D), these too: nothing is published there.
 CANNOT_EXPRESS_ON_HOST_NETWORK = {

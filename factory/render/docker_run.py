@@ -17,7 +17,7 @@ from factory.render.compose import CANNOT_EXPRESS as COMPOSE_CANNOT_EXPRESS
 CANNOT_EXPRESS = {
     **{
         field: COMPOSE_CANNOT_EXPRESS[field]
-        for field in ("gpus", "platform", "requests", "cache_gb", "gpu_resource")
+        for field in ("gpus", "platform", "requests", "cache_gb", "gpu_resource", "rpc_port")
     },
     "program": "the image's entrypoint (or the spec's own) runs the program: a docker run names none",
 }

@@ -23,7 +23,12 @@ from factory.render import kubernetes
 from factory.render.outputs import OutputFile
 from factory.report.manifest_records import ManifestCheckRecord, folder_digest
 
-KINDS = {"single_node": "Deployment", "multi_node": "LeaderWorkerSet", "pd_cluster": "prefill/decode"}
+KINDS = {
+    "single_node": "Deployment",
+    "multi_node": "LeaderWorkerSet",
+    "pd_cluster": "prefill/decode",
+    "kv_store_lb": "KV store",
+}
 # A deployment's state, in the order the cell names them.
 STATES = {
     "checked": "checked",
@@ -73,14 +78,11 @@ def kubernetes_cell(
     counts: dict[str, Counter[str]] = {state: Counter() for state in STATES}
     cited: dict[str, dict[int, list[str]]] = {state: {} for state in STATES}  # record -> its folders
     stale: list[str] = []
-    waiting = kv = 0
+    waiting: Counter[str] = Counter()  # a router's deployments whose router is not locked, by kind
     for blueprint in blueprints:
         for deployment in blueprint.deployments:
-            if deployment.deploy_type == "kv_store_lb":
-                kv += 1
-                continue
             if not kubernetes.deployable(deployment):
-                waiting += 1
+                waiting[_kind(deployment)] += 1
                 continue
             folder = kubernetes.directory(deployment)
             mine = [file for file in blueprint.k8s_files if file.path.parent == folder]
@@ -91,16 +93,15 @@ def kubernetes_cell(
             counts[judged.state][_kind(deployment)] += 1
             for n in judged.cited:
                 cited[judged.state].setdefault(n, []).append(folder.as_posix())
-    if not (any(counts.values()) or stale or waiting or kv):
+    if not (any(counts.values()) or stale or waiting):
         return KubernetesCell("", "no deployment planned")
     parts = [f"{STATES[state]}: {_counted(counts[state])}" for state in STATES if counts[state]]
     parts += [f"{len(stale)} stale or missing"] if stale else []
-    parts += [f"{waiting} prefill/decode: no manifest, the router is not locked"] if waiting else []
-    parts += [f"{kv} KV store: no manifest yet (compose files only)"] if kv else []
+    parts += [f"{_counted(waiting)}: no manifest, the router is not locked"] if waiting else []
     detail = [line for state in STATES for line in _cited(state, counts[state], cited[state], records)]
     detail += [f"stale or missing (run `factory generate`): {', '.join(sorted(stale))}"] if stale else []
     detail += (
-        ["prefill/decode: no manifest until `factory lock` locks the router (a pod needs its image)"]
+        [f"{_counted(waiting)}: no manifest until `factory lock` locks the router (a pod needs its image)"]
         if waiting
         else []
     )

@@ -162,7 +162,7 @@ def resolve(
     ranks = [("head" if r == 0 else "worker", r) for r in range(choice.node_count)] if multi else [(None, 1)]
 
     def instance(number: int) -> Instance:
-        kv = KvInstance(store, f"$VLLM_INSTANCE_{number}" if count > 1 else HEAD)
+        kv = KvInstance(store, f"${instance_setting(number)}" if count > 1 else HEAD)
         flags = [
             build_args(selection, strategy, profile, node_role=node_role, rank=rank, kv=kv)
             for node_role, rank in ranks
@@ -193,6 +193,12 @@ def resolve(
     )
 
 
+def instance_setting(number: int) -> str:
+    """The setting naming instance `number`'s address, with two instances or more: its ranks meet there, it
+    listens there, the router calls it there."""
+    return f"VLLM_INSTANCE_{number}"
+
+
 def router_argv(store: KvStore, count: int) -> tuple[str, ...]:
     """`vllm-router --policy cache_aware` in front of every instance, as the site writes it; none for one."""
     if count < 2:
@@ -200,7 +206,7 @@ def router_argv(store: KvStore, count: int) -> tuple[str, ...]:
     backends = [
         token
         for number in range(1, count + 1)
-        for token in ("--backend-url", f"http://$VLLM_INSTANCE_{number}:{store.vllm.port}")
+        for token in ("--backend-url", f"http://${instance_setting(number)}:{store.vllm.port}")
     ]
     return (
         "vllm-router",

@@ -62,6 +62,7 @@ class ServeOptions(BaseModel):
     served_names: tuple[str, ...] = ()  # the last --served-model-name's words (none: the model's name)
     headless: bool = False  # --headless: a rank that serves no API
     worker_wait_s: int | None = None  # vllm-router's --worker-startup-timeout-secs (None: its default)
+    rpc_port: int | None = None  # mooncake_master's -rpc_port (None: not given, or 0, its -port default)
     sizes: Sizes = Sizes()
 
 
@@ -123,6 +124,8 @@ def read(args: Sequence[str]) -> ServeOptions:
         served_names=tuple(values.get("--served-model-name", ())),
         headless="--headless" in values,
         worker_wait_s=int_value(_one(values, "--worker-startup-timeout-secs")),
+        # gflags reads -rpc_port and --rpc_port alike; 0 falls back to -port
+        rpc_port=int_value(_one(values, "-rpc-port") or _one(values, "--rpc-port") or "") or None,
         sizes=Sizes(
             **{field: n for field, n in numbers.items() if n is not None and n >= 0}, unreadable=unreadable
         ),

@@ -42,6 +42,7 @@ CANNOT_EXPRESS = {
     "configs": "validation starts a plain image's one-node deployment, whose process reads no generated "
     "config (the KV stores' own test starts their compose files)",
     "after": "validation starts one process: there is nothing to wait for",
+    "rpc_port": "validation starts one process, which no other process calls",
 }
 
 

@@ -4,6 +4,10 @@ One node: a Deployment and a Service. Multi-node: a LeaderWorkerSet (leaderworke
 leader runs the head's spec and whose workers run the one worker spec, the rank taken from LWS's
 $(LWS_WORKER_INDEX), plus a Service over the pods that serve HTTP.
 
+A Mooncake KV store: one workload per unit (the master, the store service, each instance, the router), each
+with its Service, and its generated configs as a ConfigMap; a pod whose process starts after others waits
+for their Services in an init container (kv.py).
+
 Prefill/decode: one LeaderWorkerSet per pool (size = the pool's nodes, 1 for a one-node pool) and the router
 as a Deployment with the Service in front of it, not LWS's DisaggregatedSet. Why: the router names each pool
 node by address, and an LWS we name gives every node a stable DNS name (`<pool>-0` its leader, `<pool>-0-<i>`
@@ -13,8 +17,9 @@ sidecar); and a DisaggregatedSet needs LWS v0.9.0, these manifests the same v0.7
 What a DisaggregatedSet adds, rolling the pools out together, is not needed for one copy of the deployment.
 
 Everything Kubernetes-specific lives in this package, one module per job (names, the pod values of settings,
-pods, the ConfigMap, prefill/decode, the workloads, the files); the only mapping from compose settings to
-pod values is SETTING_VALUES (values.py). The objects are plain mappings checked by the schemas they are
+pods, the ConfigMap, the objects they are built of, prefill/decode, KV stores, the workloads, the files);
+the only mapping from compose settings to pod values is SETTING_VALUES (values.py, with each group's table:
+table_of). The objects are plain mappings checked by the schemas they are
 applied against (the LWS CRD of each claimed release, Kubernetes' own, through `kubernetes-validate`) in
 tests; this package decides no run option.
 """
@@ -39,8 +44,11 @@ from factory.render.kubernetes.names import (
     deployable,
     directory,
     object_name,
+    unit,
+    unit_names,
+    unit_services,
 )
-from factory.render.kubernetes.pods import CANNOT_EXPRESS, DEVICE_ENV
+from factory.render.kubernetes.pods import CANNOT_EXPRESS, DEVICE_ENV, WAIT_CONTAINER, WAIT_SCRIPT
 from factory.render.kubernetes.values import (
     BOUND_ENV,
     POD_ADDRESS,
@@ -76,6 +84,8 @@ __all__ = [
     "SERVER_COMPONENT",
     "SETTING_VALUES",
     "TEMPLATE_PATHS",
+    "WAIT_CONTAINER",
+    "WAIT_SCRIPT",
     "deployable",
     "directory",
     "kustomization",
@@ -87,4 +97,7 @@ __all__ = [
     "render",
     "settings_used",
     "table_of",
+    "unit",
+    "unit_names",
+    "unit_services",
 ]

@@ -34,10 +34,12 @@ def _dump(documents: list[Manifest]) -> str:
 
 def render(deployment: Deployment) -> str:
     """manifest.yaml: every object of the deployment."""
-    start = "kubectl apply -k ." + (
-        " (needs LeaderWorkerSet " + MIN_LWS + " or later)" if deployment.deploy_type != "single_node" else ""
-    )
-    return _header(deployment) + f"# Start: {start}\n" + _dump(objects(deployment))
+    documents = objects(deployment)
+    groups = any(document["kind"] == "LeaderWorkerSet" for document in documents)
+    start = "kubectl apply -k ." + (f" (needs LeaderWorkerSet {MIN_LWS} or later)" if groups else "")
+    if any(group.spec.after for group in deployment.run):
+        start += "; a pod waits in its init container until the processes it starts after answer"
+    return _header(deployment) + f"# Start: {start}\n" + _dump(documents)
 
 
 def kustomization(deployment: Deployment) -> str:
@@ -55,9 +57,10 @@ def kustomization(deployment: Deployment) -> str:
         "components": [(up / IMAGES_COMPONENT.name).as_posix()],
         "images": [{"name": r, "newTag": t} for r, _, t in (i.rpartition(":") for i in images)],
     }
-    secrets = deployment.run[0].spec.secrets
-    cache = cache_limit(deployment.run[0].spec)
-    claim = ", ".join(volume.name for volume in deployment.run[0].spec.volumes)
+    serving = next(group.spec for group in deployment.run if group.spec.program == "vllm")
+    secrets = serving.secrets
+    cache = cache_limit(serving)
+    claim = ", ".join(volume.name for volume in serving.volumes)
     lines = [
         *settings,
         *(

@@ -7,7 +7,9 @@ import hashlib
 import re
 from pathlib import PurePosixPath
 
+from factory.base.errors import InputError
 from factory.plan.models import Deployment
+from factory.plan.runspec import ProcessGroup
 
 ROOT = "k8s"
 LWS_API = "leaderworkerset.x-k8s.io/v1"
@@ -36,11 +38,20 @@ ROUTER = "router"  # the P/D router's part of its objects' names, and its compon
 
 
 def deployable(deployment: Deployment) -> bool:
-    """Deployments printed as manifests: every one but a KV store's (not yet), a prefill/decode one once the
+    """Deployments printed as manifests: every one, one with a router (prefill/decode, a KV store's) once the
     router is locked (a pod needs its image; compose can take it from a setting)."""
-    if deployment.deploy_type == "kv_store_lb":
-        return False
     return not any(group.spec.image.startswith("$") for group in deployment.run)
+
+
+def require_deployable(deployment: Deployment, where: str) -> None:
+    """Refuses a deployment whose router is not locked, saying why and what to run."""
+    if not deployable(deployment):
+        raise InputError(
+            f"{where}: the router is not locked, and a pod needs its image (compose takes it from "
+            "$VLLM_ROUTER_IMAGE)",
+            field="router",
+            hint="run `factory lock` (it locks vllm-router beside vLLM)",
+        )
 
 
 def directory(deployment: Deployment) -> PurePosixPath:
@@ -73,3 +84,34 @@ def object_name(deployment: Deployment, part: str = "") -> str:
         name = f"{name[: room - 7].rstrip('-')}-{hashlib.sha256(name.encode()).hexdigest()[:6]}"
     name = name if name[0].isalpha() else f"m-{name}"
     return f"{name}-{part}" if part else name
+
+
+# --- a KV-store deployment: one workload per unit (the master, the store service, each instance, the router)
+
+
+def unit(group: ProcessGroup) -> str:
+    """The unit of a KV-store deployment a process group belongs to: its instance (a pool: the head and its
+    ranks, one LWS when it has several nodes), else its own process (master, store, router)."""
+    return group.pool or group.names[0]
+
+
+def unit_names(deployment: Deployment) -> dict[str, str]:
+    """Each unit's workload (a Deployment, or the LWS of a multi-node instance), by unit."""
+    return {part: object_name(deployment, part) for part in dict.fromkeys(map(unit, deployment.run))}
+
+
+def unit_services(deployment: Deployment) -> dict[str, str]:
+    """Each unit's Service: the deployment's entry point (the router, or the only instance where there is
+    none) takes the deployment's name; one over an LWS never the LWS's (LWS's headless Service has it)."""
+    names = unit_names(deployment)
+    serving = [unit(group) for group in deployment.run if group.spec.program == "vllm"]
+    entry = ROUTER if ROUTER in names else serving[0]
+    sizes = {part: sum(len(g.names) for g in deployment.run if unit(g) == part) for part in names}
+    return {
+        part: object_name(deployment)
+        if part == entry
+        else f"{name}-{SERVICE_SUFFIX}"
+        if sizes[part] > 1
+        else name
+        for part, name in names.items()
+    }

@@ -11,26 +11,20 @@ from factory.plan.runspec import ProcessGroup
 from factory.render.kubernetes.config_map import config_map
 from factory.render.kubernetes.names import (
     COMPONENT_LABEL,
-    LWS_API,
     NAME_LABEL,
     ROUTER,
-    deployable,
     object_name,
+    require_deployable,
 )
 from factory.render.kubernetes.pods import pod_template
+from factory.render.kubernetes.shapes import group_of, one_pod, service
 from factory.render.kubernetes.values import pool_names, pool_sizes, table_of
 
 Manifest = dict[str, Any]
 
 
 def pd_objects(deployment: Deployment, name: str, labels: dict[str, str], where: str) -> list[Manifest]:
-    if not deployable(deployment):
-        raise InputError(
-            f"{where}: the router is not locked, and a pod needs its image (compose takes it from "
-            "$VLLM_ROUTER_IMAGE)",
-            field="router",
-            hint="run `factory lock` (it locks vllm-router beside vLLM)",
-        )
+    require_deployable(deployment, where)
     found: list[Manifest] = []
     config = config_map(deployment, name, labels)
     found += [config] if config else []
@@ -43,48 +37,17 @@ def pd_objects(deployment: Deployment, name: str, labels: dict[str, str], where:
             )
         pool_labels = {**labels, NAME_LABEL: lws}
         first = _pool_pod(deployment, leader, pool_labels, f"{where} {pool}")
-        template: Manifest = {
-            "size": pool_sizes(deployment)[pool],
-            "restartPolicy": "RecreateGroupOnPodRestart",
-        }
         # A one-node pool's leader is its only pod: the worker template is the same pod, never run, and
         # written so that every LWS has both (the model cache component patches both).
-        template["leaderTemplate"] = first
-        template["workerTemplate"] = (
-            _pool_pod(deployment, workers[0], pool_labels, f"{where} {pool}") if workers else first
-        )
-        found.append(
-            {
-                "apiVersion": LWS_API,
-                "kind": "LeaderWorkerSet",
-                "metadata": {"name": lws, "labels": pool_labels},
-                "spec": {"replicas": 1, "startupPolicy": "LeaderCreated", "leaderWorkerTemplate": template},
-            }
-        )
+        worker = _pool_pod(deployment, workers[0], pool_labels, f"{where} {pool}") if workers else first
+        found.append(group_of(lws, pool_labels, pool_sizes(deployment)[pool], first, worker))
     router = next(group for group in deployment.run if group.spec.program == "vllm-router")
     router_name = object_name(deployment, ROUTER)
     router_labels = {**labels, NAME_LABEL: router_name, COMPONENT_LABEL: ROUTER}
     table = table_of(deployment, router)
     pod = pod_template(deployment, router.spec, router_labels, f"{where} router", table)
-    found.append(
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": router_name, "labels": router_labels},
-            "spec": {"replicas": 1, "selector": {"matchLabels": {NAME_LABEL: router_name}}, "template": pod},
-        }
-    )
-    found.append(
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": name, "labels": labels},
-            "spec": {
-                "selector": {NAME_LABEL: router_name},
-                "ports": [{"name": "http", "port": router.spec.port, "targetPort": "http"}],
-            },
-        }
-    )
+    found.append(one_pod(router_name, router_labels, pod, router.spec))
+    found.append(service(name, labels, {NAME_LABEL: router_name}, router.spec))
     return found
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from factory.base.errors import InputError
@@ -40,9 +42,26 @@ CANNOT_EXPRESS = {
     "group when a pod restarts",
     "network": "every pod has an address every other pod reaches (the nodes meet there, no host network); "
     "a Service publishes the API",
-    "after": "not yet: no KV-store deployment gets manifests yet (an init container waiting for each "
-    "process's Service would say it)",
 }
+
+# The start order (a spec's `after`): an init container with the pod's own image (which has curl) waits until
+# each process the spec starts after answers its health check at its Service, because vLLM with an
+# unreachable Mooncake master hangs instead of exiting. Each wait is three arguments (URL, timeout, interval,
+# each the awaited process's own probe values), never shell text.
+WAIT_SCRIPT = (
+    'while [ "$#" -gt 0 ]; do url=$1 timeout=$2 every=$3; shift 3; echo "waiting for $url"; '
+    'until curl -fsS -o /dev/null --max-time "$timeout" "$url"; do sleep "$every"; done; done'
+)
+WAIT_CONTAINER = "wait-for-start-order"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """Where a process of the deployment answers its health check, as another pod reaches it: its Service."""
+
+    url: str
+    timeout_s: int
+    interval_s: int
 
 
 def _shm_size(size: str) -> tuple[int, str]:
@@ -143,10 +162,34 @@ def _security(spec: RunSpec) -> dict[str, Any]:
     return {"securityContext": context} if context else {}
 
 
+def _waits(spec: RunSpec, answers: Mapping[str, Answer], where: str) -> list[dict[str, Any]]:
+    """The init container that holds the pod until every process the spec starts after answers."""
+    if not spec.after:
+        return []
+    missing = [process for process in spec.after if process not in answers]
+    if missing:
+        raise InputError(
+            f"{where} starts after {missing[0]}, which no Service of the deployment answers for",
+            field="after",
+            value=missing[0],
+            valid=sorted(answers),
+        )
+    waits = [answers[process] for process in spec.after]
+    args = [word for w in waits for word in (w.url, str(w.timeout_s), str(w.interval_s))]
+    script = WAIT_SCRIPT.replace("$", "$$")  # Kubernetes reads $$ as $: the shell gets the line as written
+    return [{"name": WAIT_CONTAINER, "image": spec.image, "command": ["sh", "-c", script, "wait", *args]}]
+
+
 def pod_template(
-    deployment: Deployment, spec: RunSpec, labels: dict[str, str], where: str, table: Table = DEFAULT
+    deployment: Deployment,
+    spec: RunSpec,
+    labels: dict[str, str],
+    where: str,
+    table: Table = DEFAULT,
+    answers: Mapping[str, Answer] | None = None,
 ) -> Manifest:
-    """The pod of one process group: its container printed from the spec."""
+    """The pod of one process group: its container printed from the spec, after an init container that waits
+    for the processes it starts after (`answers`: where each process of the deployment answers)."""
     name = object_name(deployment)
     command, args, names = pod_command(spec, where, table)
     if spec.entrypoint:  # a Mooncake process, or one whose config is filled first: its program, then args
@@ -177,7 +220,14 @@ def pod_template(
         }
         for s in spec.secrets
     ]
-    env += [{"name": env_name, "value": text} for env_name, text in values]
+    # A variable named as the setting it is given (MOONCAKE_DEVICE_NAME: $MOONCAKE_DEVICE_NAME) is that
+    # setting's entry already: a second entry of the same name would hide the first.
+    defined = {entry["name"] for entry in env}
+    env += [
+        {"name": env_name, "value": text}
+        for env_name, text in values
+        if not (env_name in defined and text == f"$({env_name})")
+    ]
     # The catalog's volumes come first, in its order: the model cache component patches them by index.
     mounts: list[dict[str, Any]] = [{"name": v.name, "mountPath": v.target} for v in spec.volumes]
     # Generated configs, from the deployment's ConfigMap <name>-configs (one key per file).
@@ -199,10 +249,13 @@ def pod_template(
     container: dict[str, Any] = {"name": spec.program, "image": spec.image}
     container |= {"command": command} if command else {}
     container |= {"args": args, "env": env}
-    container |= {"ports": [{"name": "http", "containerPort": spec.port}]} if spec.probe else {}
+    ports = [{"name": "http", "containerPort": spec.port}] if spec.probe else []
+    ports += [{"name": "rpc", "containerPort": spec.rpc_port}] if spec.rpc_port else []
+    container |= {"ports": ports} if ports else {}
     resources = gpu_limits(spec) | _requests(spec)
     container |= {"resources": resources} if resources else {}
     container |= _security(spec) | {"volumeMounts": mounts} | _probes(spec)
+    waits = _waits(spec, answers or {}, where)
     annotations = dict(spec.all_labels)
     annotations["ai.vllm.factory.gpus"] = str(spec.gpus)  # the GPUs the process uses
     pod: dict[str, Any] = {
@@ -210,6 +263,7 @@ def pod_template(
         # would give each pod VLLM_PORT=tcp://..., which vLLM takes for its own setting.
         "enableServiceLinks": False,
         "nodeSelector": {"kubernetes.io/arch": ARCHITECTURES[spec.platform]},
+        **({"initContainers": waits} if waits else {}),
         "containers": [container],
         "volumes": volumes,
     }

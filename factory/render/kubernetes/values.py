@@ -8,10 +8,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from factory.base.errors import InputError
+from factory.plan.kv import MASTER, STORE, instance_pool
 from factory.plan.models import Deployment
 from factory.plan.runspec import FromIndex, ProcessGroup, RunSpec, Value
 from factory.plan.settings import PLACEHOLDER, known_setting
-from factory.render.kubernetes.names import object_name
+from factory.render.kubernetes.names import ROUTER, object_name, unit, unit_services
+from factory.synthesis.kv_store import instance_setting
 from factory.synthesis.values import pool_node_setting, read_pool_node
 
 INDEX = "$(LWS_WORKER_INDEX)"  # LWS's pod webhook sets it in every container: 0 is the leader
@@ -99,6 +101,8 @@ def table_of(deployment: Deployment, group: ProcessGroup, index: int | None = No
     router, each pool node is its stable DNS name, and it listens on its pod's address at the port its Service
     targets."""
     own = (index,) if index is not None else group.indices
+    if deployment.deploy_type == "kv_store_lb":
+        return _kv_table(deployment, group, own)
     if deployment.deploy_type != "pd_cluster":
         return DEFAULT
     values = dict(SETTING_VALUES)
@@ -117,6 +121,35 @@ def table_of(deployment: Deployment, group: ProcessGroup, index: int | None = No
         values["ROUTER_HOST"] = POD_ADDRESS
         values["ROUTER_PORT"] = PodValue(str(group.spec.port))  # the port its Service targets
     return Table(values, group.pool)
+
+
+# A KV store's settings a user changes with a patch of the ConfigMap: the RDMA NICs ("" auto-selects).
+KV_CONFIG_SETTINGS = ("MOONCAKE_DEVICE_NAME", "MOONCAKE_STORE_DEVICE_NAME")
+
+
+def _kv_table(deployment: Deployment, group: ProcessGroup, own: tuple[int, ...]) -> Table:
+    """A KV-store process's setting values: the master by its Service's name; the store's own address (its
+    local_hostname) its pod's, because the store advertises it to every instance with ports it picks at
+    random, which no Service forwards; an instance's own address its pod's (it listens there), a worker rank
+    meeting its head at the LWS leader; for the router, each instance by its Service's name, and it listens
+    on its pod's address at the port its Service targets."""
+    values = dict(SETTING_VALUES)
+    services = unit_services(deployment)
+    part = unit(group)
+    values["MOONCAKE_MASTER_IP"] = PodValue(services[MASTER])
+    values |= {name: PodValue(f"$({name})", config=True) for name in KV_CONFIG_SETTINGS}
+    if part == STORE:
+        values["MOONCAKE_STORE_IP"] = POD_ADDRESS
+    for number in range(1, len(pool_sizes(deployment)) + 1):
+        pool, key = instance_pool(number), instance_setting(number)
+        if group.pool == pool:
+            values[key] = POD_ADDRESS if own == (0,) else SETTING_VALUES["HEAD_IP"]
+        elif part == ROUTER:
+            values[key] = PodValue(services[pool])
+    if part == ROUTER:
+        values["ROUTER_HOST"] = POD_ADDRESS
+        values["ROUTER_PORT"] = PodValue(str(group.spec.port))  # the port its Service targets
+    return Table(values)
 
 
 def pod_text(value: str, where: str, table: Table = DEFAULT) -> tuple[str, list[str]]:

@@ -1,6 +1,7 @@
 """A deployment's objects: one node, a Deployment and a Service; multi-node, a LeaderWorkerSet (its leader the
 head's spec, its workers the one worker spec) and a Service over the pods that serve HTTP; prefill/decode,
-the pools and the router (pd.py). The ConfigMap of settings first, when the deployment uses one."""
+the pools and the router (pd.py); a KV store, its processes (kv.py). The ConfigMap of settings first, when
+the deployment uses one."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from typing import Any
 from factory.base.errors import InputError
 from factory.plan.models import Deployment
 from factory.render.kubernetes.config_map import config_map
+from factory.render.kubernetes.kv import kv_objects
 from factory.render.kubernetes.names import (
     COMPONENT_LABEL,
-    LWS_API,
     LWS_INDEX_LABEL,
     LWS_NAME_LABEL,
     NAME_LABEL,
@@ -20,7 +21,8 @@ from factory.render.kubernetes.names import (
     object_name,
 )
 from factory.render.kubernetes.pd import pd_objects
-from factory.render.kubernetes.pods import pod_template, replacement
+from factory.render.kubernetes.pods import pod_template
+from factory.render.kubernetes.shapes import group_of, one_pod, service
 
 Manifest = dict[str, Any]
 
@@ -34,23 +36,13 @@ def objects(deployment: Deployment) -> list[Manifest]:
         COMPONENT_LABEL: SERVER_COMPONENT,
         "app.kubernetes.io/managed-by": "vllm-factory",
     }
-    metadata = {"name": name, "labels": labels}
     if deployment.deploy_type == "pd_cluster":
         return pd_objects(deployment, name, labels, where)
+    if deployment.deploy_type == "kv_store_lb":
+        return kv_objects(deployment, name, labels, where)
     if deployment.deploy_type == "single_node":
         spec = deployment.run[0].spec
-        template = pod_template(deployment, spec, labels, where)
-        workload: Manifest = {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": metadata,
-            "spec": {
-                "replicas": 1,
-                **replacement(spec),
-                "selector": {"matchLabels": {NAME_LABEL: name}},
-                "template": template,
-            },
-        }
+        workload = one_pod(name, labels, pod_template(deployment, spec, labels, where), spec)
         serving, selector = spec, {NAME_LABEL: name}
     else:
         head, workers = deployment.run[0], deployment.run[1:]
@@ -58,22 +50,7 @@ def objects(deployment: Deployment) -> list[Manifest]:
             raise InputError(f"{where}: workers that do not share one spec", field="run", value=len(workers))
         leader = pod_template(deployment, head.spec, labels, where)
         worker = pod_template(deployment, workers[0].spec, labels, where)
-        workload = {
-            "apiVersion": LWS_API,
-            "kind": "LeaderWorkerSet",
-            "metadata": metadata,
-            "spec": {
-                "replicas": 1,
-                "startupPolicy": "LeaderCreated",
-                "leaderWorkerTemplate": {
-                    "size": deployment.nodes,
-                    # one rank lost stops the group: recreate all of it
-                    "restartPolicy": "RecreateGroupOnPodRestart",
-                    "leaderTemplate": leader,
-                    "workerTemplate": worker,
-                },
-            },
-        }
+        workload = group_of(name, labels, deployment.nodes, leader, worker)
         serving = head.spec
         selector = {LWS_NAME_LABEL: name}
         if workers[0].spec.probe is None:  # only the leader serves; with hybrid load balancing every rank
@@ -83,13 +60,4 @@ def objects(deployment: Deployment) -> list[Manifest]:
     found += [config] if config else []
     # The LWS's own headless Service has the LWS's name: the Service in front of it may not.
     service_name = f"{name}-{SERVICE_SUFFIX}" if workload["kind"] == "LeaderWorkerSet" else name
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {**metadata, "name": service_name},
-        "spec": {
-            "selector": selector,
-            "ports": [{"name": "http", "port": serving.port, "targetPort": "http"}],
-        },
-    }
-    return [*found, workload, service]
+    return [*found, workload, service(service_name, labels, selector, serving)]
