@@ -238,6 +238,15 @@ def kv_built(project: Project, tiny_built: Any) -> Any:
 
 
 @pytest.fixture(scope="session")
+def router_built(project: Project, docker_client: docker.DockerClient):  # type: ignore[no-untyped-def]
+    """The router image, built once per run through the factory's BuildKit path."""
+    from factory.base.settings import load_settings
+    from factory.router.build import build_router
+
+    return build_router(project, load_settings(ROOT))
+
+
+@pytest.fixture(scope="session")
 def omni_built(project: Project, docker_client: docker.DockerClient):  # type: ignore[no-untyped-def]
     """The CUDA omni image (Stable Diffusion 3.5 on H100), built once per run: torch's layer is the Kimi
     CUDA image's, so on a warm engine it costs the layers above torch's only."""

@@ -3,8 +3,9 @@
 No kubelet runs here, so this is its part for one container: the environment (LWS's webhook variables, the
 downward API's pod IP, ConfigMap and Secret references, each entry's $(VAR)s), the command with its $(VAR)s
 expanded, the pod's address (a fixed IP on a bridge network) and the DNS names pods and Services answer to
-(network aliases). Every field it does not map is refused: a manifest that uses one cannot be tested here
-as if it had been.
+(network aliases), a ConfigMap's key mounted by subPath (a read-only file), and each init container, run to
+its end before the pod's container as the kubelet runs it (`init_options`). Every field it does not map is
+refused: a manifest that uses one cannot be tested here as if it had been.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import platform
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -19,7 +21,8 @@ import docker
 from factory.engine.connect import OWNER_LABEL
 from tests import kubernetes_checks as checks
 
-POD_FIELDS = {"nodeSelector", "containers", "volumes", "enableServiceLinks"}
+POD_FIELDS = {"nodeSelector", "initContainers", "containers", "volumes", "enableServiceLinks"}
+INIT_FIELDS = {"name", "image", "command", "args", "env"}
 CONTAINER_FIELDS = {
     "name",
     "image",
@@ -61,9 +64,15 @@ class Pod:
 
 
 def container_options(
-    pod: Pod, network: str, sources: Mapping[str, Mapping[str, str]], client: docker.APIClient, label: str
+    pod: Pod,
+    network: str,
+    sources: Mapping[str, Mapping[str, str]],
+    client: docker.APIClient,
+    label: str,
+    files: Path | None = None,
 ) -> dict[str, Any]:
-    """The low-level API's create_container arguments for the pod's only container."""
+    """The low-level API's create_container arguments for the pod's only container (`files`: where a
+    ConfigMap's keys are written to be mounted)."""
     spec = pod.template["spec"]
     _refuse_unknown(spec, POD_FIELDS, "pod spec")
     if spec.get("enableServiceLinks", True):  # Docker gives a container no service variables
@@ -81,13 +90,18 @@ def container_options(
     env = checks.container_environment(container, pod.injected, {"status.podIP": pod.ip}, sources)
     command = [checks.expand(word, env.get) for word in container.get("command", [])]
     args = [checks.expand(word, env.get) for word in container.get("args", [])]
-    # volumes: the memory-backed /dev/shm becomes the container's shm size, an emptyDir a tmpfs
+    # volumes: the memory-backed /dev/shm becomes the container's shm size, an emptyDir a tmpfs, a
+    # ConfigMap's key a read-only file
     volumes = {volume["name"]: volume for volume in spec.get("volumes", [])}
     shm_size = None
     tmpfs: dict[str, str] = {}
+    binds: dict[str, dict[str, str]] = {}
     for mount in container.get("volumeMounts", []):
-        _refuse_unknown(mount, {"name", "mountPath"}, "volumeMount")
         volume = volumes[mount["name"]]
+        if "configMap" in volume:
+            binds |= _config_file(volume, mount, sources, files)
+            continue
+        _refuse_unknown(mount, {"name", "mountPath"}, "volumeMount")
         _refuse_unknown(volume, {"name", "emptyDir"}, f"volume {volume['name']}")
         empty = volume["emptyDir"]
         _refuse_unknown(empty, {"medium", "sizeLimit"}, f"volume {volume['name']}")
@@ -105,6 +119,7 @@ def container_options(
         cap_add=security.get("capabilities", {}).get("add"),
         security_opt=security_opt or None,
         tmpfs=tmpfs or None,
+        binds=binds or None,
     )
     endpoint = client.create_endpoint_config(ipv4_address=pod.ip, aliases=[pod.name, *pod.aliases])
     return {
@@ -118,6 +133,48 @@ def container_options(
         "host_config": host_config,
         "networking_config": client.create_networking_config({network: endpoint}),
     }
+
+
+def init_options(pod: Pod, network: str, client: docker.APIClient, label: str) -> list[dict[str, Any]]:
+    """Each init container of the pod, in order, as create_container arguments: the pod's address (a pod's
+    containers share its network), its command expanded as the kubelet expands it."""
+    found = []
+    for init in pod.template["spec"].get("initContainers", []):
+        _refuse_unknown(init, INIT_FIELDS, "initContainer")
+        env = checks.container_environment(init, pod.injected, {"status.podIP": pod.ip}, {})
+        words = [checks.expand(word, env.get) for word in [*init.get("command", []), *init.get("args", [])]]
+        endpoint = client.create_endpoint_config(ipv4_address=pod.ip, aliases=[pod.name])
+        found.append(
+            {
+                "image": init["image"],
+                "entrypoint": words[:1],
+                "command": words[1:],
+                "environment": env,
+                "hostname": pod.name,
+                "labels": {OWNER_LABEL: label},
+                "networking_config": client.create_networking_config({network: endpoint}),
+            }
+        )
+    return found
+
+
+def _config_file(
+    volume: Mapping[str, Any],
+    mount: Mapping[str, Any],
+    sources: Mapping[str, Mapping[str, str]],
+    files: Path | None,
+) -> dict[str, dict[str, str]]:
+    """A ConfigMap key mounted by subPath: the key's text in a file of `files`, bound read-only."""
+    _refuse_unknown(mount, {"name", "mountPath", "subPath", "readOnly"}, "volumeMount")
+    _refuse_unknown(volume, {"name", "configMap"}, f"volume {volume['name']}")
+    if files is None or "subPath" not in mount:
+        raise UnmappedField(f"volume {volume['name']}: a ConfigMap is mapped by subPath, into a folder")
+    name = volume["configMap"]["name"]
+    path = files / name / mount["subPath"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(sources[name][mount["subPath"]])
+    path.chmod(0o644)
+    return {str(path): {"bind": mount["mountPath"], "mode": "ro" if mount.get("readOnly") else "rw"}}
 
 
 def _healthcheck(container: Mapping[str, Any], ip: str) -> dict[str, Any] | None:

@@ -222,9 +222,12 @@ def test_a_sample_of_the_upstream_corpus_reconciles(
     layouts = {key.split("/")[-1] for key in sample if key.endswith("-nodes")}
     strategies = {key.split("/")[0] for key in sample}
     pods = pods_wanted([doc for docs, _ in applied for doc in docs])
+    kv = [docs for key, (docs, _) in zip(sample, applied, strict=True) if key.startswith("kv_store")]
     print(
         f"corpus sample: {len(sample)} kustomizations ({sorted(strategies)}; layouts {sorted(layouts)}), "
-        f"{sum(map(len, (docs for docs, _ in applied)))} objects, {pods} pods reconciled"
+        f"{sum(map(len, (docs for docs, _ in applied)))} objects, {pods} pods reconciled; KV stores: "
+        f"{sorted(k for k in sample if k.startswith('kv_store'))}, {sum(map(len, kv))} objects, "
+        f"{pods_wanted([doc for docs in kv for doc in docs])} pods"
     )
     kv = {"kv_store_centralized_mooncake", "kv_store_distributed_mooncake"}
     assert {"single_node_tp", "multi_node_tp", "multi_node_dep", "pd_cluster"} | kv <= strategies, sorted(

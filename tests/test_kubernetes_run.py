@@ -5,11 +5,13 @@ then a chat completion sent from another container to the Service's name, as a S
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -20,8 +22,8 @@ from factory.project import Project
 from factory.render import kubernetes
 from factory.validate.probes import CHAT_MESSAGE, parse_chat
 from tests import kubernetes_checks as checks
-from tests.conftest import TINY, blueprint_of
-from tests.pod_runner import Pod, UnmappedField, container_options
+from tests.conftest import TINY, blueprint_of, kv_blueprint
+from tests.pod_runner import Pod, UnmappedField, container_options, init_options
 
 LABEL = "test-kubernetes-run"
 
@@ -97,6 +99,27 @@ def _wait_healthy(containers: list[Any], leader: Any, seconds: int = 900) -> Non
     pytest.fail(f"{leader.name} not healthy in {seconds} s:\n{leader.logs(tail=60).decode(errors='replace')}")
 
 
+def _curl(client: docker.DockerClient, image: str, network: str, url: str, payload: str | None = None) -> str:
+    """What the URL answers, asked by curl from another container on the network (a POST of the JSON
+    `payload` when given); an HTTP error fails with the answer's body."""
+    data = ["-H", "Content-Type: application/json", "-d", payload] if payload else []
+    asking = client.containers.create(
+        image,
+        entrypoint=["curl", "-sS", "--fail-with-body", "--max-time", "300", *data, url],
+        network=network,
+        labels={OWNER_LABEL: LABEL},
+    )
+    try:
+        asking.start()
+        status = asking.wait(timeout=330)["StatusCode"]
+        output = asking.logs(stdout=True, stderr=False).decode()
+        errors = asking.logs(stdout=False, stderr=True).decode()
+    finally:
+        asking.remove(force=True)
+    assert status == 0, f"curl {url}: exit {status}, {errors} {output}"
+    return output
+
+
 def _chat_through_service(
     client: docker.DockerClient, image: str, network: str, service: str, port: int
 ) -> Any:
@@ -105,31 +128,7 @@ def _chat_through_service(
         {"model": TINY, "messages": [{"role": "user", "content": CHAT_MESSAGE}], "max_tokens": 8}
     )
     url = f"http://{service}:{port}/v1/chat/completions"
-    client_container = client.containers.create(
-        image,
-        entrypoint=[
-            "curl",
-            "-sS",
-            "--max-time",
-            "300",
-            "-H",
-            "Content-Type: application/json",
-            "-d",
-            payload,
-            url,
-        ],
-        network=network,
-        labels={OWNER_LABEL: LABEL},
-    )
-    try:
-        client_container.start()
-        status = client_container.wait(timeout=330)["StatusCode"]
-        output = client_container.logs(stdout=True, stderr=False).decode()
-        errors = client_container.logs(stdout=False, stderr=True).decode()
-    finally:
-        client_container.remove(force=True)
-    assert status == 0 and output, f"curl {url}: exit {status}, {errors or output or 'no answer'}"
-    return parse_chat(json.loads(output))
+    return parse_chat(json.loads(_curl(client, image, network, url, payload)))
 
 
 def _cleanup(containers: list[Any]) -> None:
@@ -218,3 +217,115 @@ def test_the_one_node_deployment_serves_a_chat_through_its_service(
         assert answer.completion_tokens > 0
     finally:
         _cleanup(containers)
+
+
+# --- a KV store: its pods started as a kubelet starts them, init containers first ---------------------------
+
+
+def _create(client: docker.DockerClient, options: dict[str, Any], name: str) -> Any:
+    created = client.api.create_container(**options, name=name)
+    client.api.start(created["Id"])
+    return client.containers.get(created["Id"])
+
+
+def _metric(client: docker.DockerClient, image: str, network: str, service: str, name: str) -> float:
+    """A counter of a vLLM instance's /metrics, asked through its Service from another container."""
+    text = _curl(client, image, network, f"http://{service}:8000/metrics")
+    lines = [line for line in text.splitlines() if line.startswith(name) and not line.startswith("#")]
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines)
+
+
+# A prompt of 100 words (about 350 of the tiny model's tokens; it takes 512): several KV blocks.
+WORDS = "amber banks bright brown fox hex jolly jumps lazy near over quick quietly river seven skies under"
+PROMPT = "Summarize the following notes. " + " ".join(WORDS.split()[i * 7 % 17] for i in range(100))
+
+
+@pytest.mark.docker
+@pytest.mark.e2e
+def test_the_kv_store_starts_in_its_order_and_shares_its_cache_through_its_services(
+    project: Project,
+    kv_built: Any,
+    router_built: Any,
+    docker_client: docker.DockerClient,
+    none_left: None,
+    network: tuple[Any, str],
+    tmp_path: Path,
+) -> None:
+    """The centralized KV store of the tiny model, every pod as the manifest says: each pod's init container
+    runs first and holds it until the Services of the processes it starts after answer (the master's pod,
+    which waits for nothing, started last, after 30 s in which nothing else may start); the store registers
+    with the master by its Service's name and advertises its pod's address; a prompt asked of one instance
+    is found in the store by the other; the router answers at the deployment's Service."""
+    deployment = kv_blueprint(project).deployment("kv_store_centralized_mooncake")
+    documents = kubernetes.objects(deployment)
+    sources = {d["metadata"]["name"]: d["data"] for d in documents if d["kind"] == "ConfigMap"}
+    units, services = kubernetes.unit_names(deployment), kubernetes.unit_services(deployment)
+    workloads = {d["metadata"]["name"]: d for d in documents if d["kind"] == "Deployment"}
+    net, subnet = network
+    pods = {
+        unit: Pod(
+            name=f"{workload}-abc12",
+            template=dict(checks.pod_templates(workloads[workload]))["node"],
+            ip=f"{subnet}.{10 + n}",
+            aliases=[services[unit]],
+        )
+        for n, (unit, workload) in enumerate(units.items())
+    }
+    assert kv_built.image in {p.template["spec"]["containers"][0]["image"] for p in pods.values()}
+    files = tmp_path / "configmaps"
+    inits: dict[str, Any] = {}
+    mains: dict[str, Any] = {}
+    try:
+        for unit, pod in pods.items():  # the kubelet's part: init containers first, in every pod at once
+            for n, options in enumerate(init_options(pod, net.name, docker_client.api, LABEL)):
+                inits[unit] = _create(docker_client, options, f"{net.name}-{pod.name}-init-{n}")
+        assert set(inits) == set(pods) - {"master"}, "every pod but the master's waits for another"
+        time.sleep(30)
+        for unit, init in inits.items():
+            init.reload()
+            assert init.status == "running", f"{unit} started before the master answered"
+        master = pods["master"]
+        mains["master"] = _create(
+            docker_client,
+            container_options(master, net.name, sources, docker_client.api, LABEL, files),
+            f"{net.name}-{master.name}",
+        )
+        deadline = time.monotonic() + 900
+        while len(mains) < len(pods) and time.monotonic() < deadline:
+            for unit, init in inits.items():
+                if unit in mains:
+                    continue
+                init.reload()
+                if init.status == "running":
+                    continue
+                logs = init.logs().decode(errors="replace")
+                assert init.attrs["State"]["ExitCode"] == 0, f"{unit}'s init container: {logs}"
+                init.remove()
+                options = container_options(pods[unit], net.name, sources, docker_client.api, LABEL, files)
+                mains[unit] = _create(docker_client, options, f"{net.name}-{pods[unit].name}")
+            time.sleep(3)
+        assert set(mains) == set(pods), f"never started: {set(pods) - set(mains)}"
+        _wait_healthy(list(mains.values()), mains["router"])
+        # the store advertises its pod's address, and reached the master by its Service's name
+        filled = mains["store"].exec_run(["cat", "/run/mooncake/store.json"]).output.decode()
+        config = json.loads(filled)
+        assert config["local_hostname"] == pods["store"].ip
+        assert config["master_server_address"] == f"{services['master']}:50051"
+        # one instance computes a prompt's KV blocks into the store; the other finds them there
+        image = kv_built.image
+        payload = json.dumps({"model": TINY, "prompt": PROMPT, "max_tokens": 4})
+        first, second = services["instance-1"], services["instance-2"]
+        asked = _curl(docker_client, image, net.name, f"http://{first}:8000/v1/completions", payload)
+        tokens = json.loads(asked)["usage"]["prompt_tokens"]
+        _curl(docker_client, image, net.name, f"http://{second}:8000/v1/completions", payload)
+        hits = _metric(docker_client, image, net.name, second, "vllm:external_prefix_cache_hits_total")
+        assert hits > 0, "the second instance found none of the first one's blocks in the store"
+        # the deployment's entry point: the router, which names each instance by its Service
+        entry = kubernetes.object_name(deployment)
+        answer = _chat_through_service(docker_client, image, net.name, entry, 8000)
+        assert answer.completion_tokens > 0
+        print(f"KV store on the engine: {hits:.0f} of {tokens} prompt tokens found in the store by the other")
+    finally:
+        for container in [*inits.values(), *mains.values()]:
+            with contextlib.suppress(docker.errors.NotFound):  # an init container removed once it ended
+                container.remove(force=True, v=True)

@@ -110,15 +110,6 @@ def test_a_hand_edited_router_set_is_refused(project: Project, tmp_path: Path) -
         router_files(copy)
 
 
-@pytest.fixture(scope="session")
-def router_built(project: Project, docker_client: docker.DockerClient) -> BuildResult:
-    """The router image, built once per run through the factory's BuildKit path."""
-    from factory.base.settings import load_settings
-    from factory.router.build import build_router
-
-    return build_router(project, load_settings(ROOT))
-
-
 @pytest.mark.docker
 def test_the_router_image_is_tagged_and_labelled_like_the_factory_images(
     project: Project, router_built: BuildResult, docker_client: docker.DockerClient
