@@ -3,15 +3,28 @@ worker rank; each PD pool's first node and one spec for its other nodes; the rou
 
 The nodes of a group share one spec when their typed values are equal: a rank or a pool node's own address
 is the same rule (FromIndex) on every node, so equal values mean one spec gives every node's command.
-Nodes that differ in any other way (a recipe override for one rank) get a spec each.
+Nodes that differ in any other way (a recipe override for one rank) get a spec each. Each spec is made by
+process_spec: the process's command and what its server reads from it, everything else from the catalog.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from factory.catalog.schema import PodRequests
 from factory.plan.models import NodeRole
-from factory.plan.runspec import ProcessGroup, Run, process_spec
+from factory.plan.runspec import (
+    Launch,
+    ProcessGroup,
+    Program,
+    Programs,
+    Run,
+    RunSpec,
+    Value,
+    health_probe,
+    listening_port,
+)
+from factory.synthesis.options import ServeOptions
 
 ROLE_LABEL = "ai.vllm.factory.role"
 DEPLOYMENT_LABEL = "ai.vllm.factory.deployment"
@@ -82,3 +95,74 @@ def _grouped(roles: Sequence[NodeRole]) -> list[tuple[str, list[NodeRole]]]:
             key = "head" if role.rank == 0 else "worker"
         found.setdefault(key, []).append(role)
     return list(found.items())
+
+
+def _requests(run: Run, program: Program, launch: Launch) -> PodRequests | None:
+    """What a pod of the process asks for besides GPUs: the catalog's floor for its program, plus the memory
+    its launch says it holds."""
+    server, mooncake = run.server, run.mooncake
+    floors = {
+        "vllm": run.vendor.pod_requests,
+        "vllm-router": server.router_requests,
+        "mooncake-master": mooncake.master.requests,
+        "mooncake-store": mooncake.store.requests,
+    }
+    floor = floors[program]
+    if floor is None or not launch.holds_gib:
+        return floor
+    return floor.model_copy(update={"memory_gib": floor.memory_gib + launch.holds_gib})
+
+
+def process_spec(
+    run: Run,
+    image: str,
+    platform: str,
+    program: Program,
+    args: Sequence[Value],
+    env: Sequence[tuple[str, Value]],
+    options: ServeOptions,
+    host_network: bool,
+    labels: dict[str, str],
+    launch: Launch | None = None,
+) -> RunSpec:
+    """One process's spec: its command and what its server reads from it (`options`) from the plan,
+    everything else from the catalog."""
+    server, vendor = run.server, run.vendor
+    programs = Programs(server=server, router=run.router, mooncake=run.mooncake)
+    launch = launch or Launch()
+    is_vllm = program == "vllm"
+    master = program == "mooncake-master"
+    probe = health_probe(programs, program, options, run.start_period_s)
+    served = options.served_names or ((options.model,) if options.model else ())
+    return RunSpec(
+        image=image,
+        platform=platform,
+        program=program,
+        entrypoint=launch.entrypoint,
+        configs=launch.configs,
+        after=launch.after,
+        args=tuple(args),
+        env=tuple(env),
+        secrets=tuple(server.secrets) if is_vllm else (),
+        gpu_request=vendor.gpu_request if is_vllm else None,
+        gpus=options.sizes.gpus(run.gpus_per_node) if is_vllm and vendor.gpu_check is not None else 0,
+        devices=tuple(vendor.devices) if is_vllm else (),
+        groups=tuple(group.group for group in vendor.group_add) if is_vllm else (),
+        security_opt=tuple(vendor.security_opt) if is_vllm else (),
+        # Mooncake pins memory for its transfers as NCCL does: the same capability
+        capabilities=tuple(server.capabilities) if program != "vllm-router" else (),
+        shm_size=vendor.shm_size if is_vllm else None,
+        ulimits=tuple(server.ulimits.items()) if is_vllm else (),
+        port=listening_port(programs, program, options)[0],
+        rpc_port=(options.rpc_port or run.mooncake.master.rpc_port) if master else None,
+        served_names=served if is_vllm else (),
+        network="host" if host_network else "published",
+        probe=probe,
+        volumes=tuple(server.volumes) if is_vllm else (),
+        labels=tuple(sorted(labels.items())),
+        gpu_resource=vendor.kubernetes_resource if is_vllm else None,
+        restart=server.restart,
+        publish_address=str(server.publish_address),
+        requests=_requests(run, program, launch),
+        cache_gb=run.weights_gb if is_vllm else None,
+    )

@@ -13,7 +13,6 @@ Settings stay named (`$HEAD_IP`, `$BIND_ADDRESS`); secrets are references, never
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -45,7 +44,6 @@ __all__ = [
     "Run",
     "RunSpec",
     "Value",
-    "process_spec",
     "value_at",
 ]
 
@@ -287,74 +285,3 @@ class Launch(Frozen):
     def program(self) -> tuple[str, ...]:
         """The program's own words, the fill launcher (the factory's wrapper) left out."""
         return self.entrypoint[3:] if self.entrypoint[:1] == (FILL,) else self.entrypoint
-
-
-def _requests(run: Run, program: Program, launch: Launch) -> PodRequests | None:
-    """What a pod of the process asks for besides GPUs: the catalog's floor for its program, plus the memory
-    its launch says it holds."""
-    server, mooncake = run.server, run.mooncake
-    floors = {
-        "vllm": run.vendor.pod_requests,
-        "vllm-router": server.router_requests,
-        "mooncake-master": mooncake.master.requests,
-        "mooncake-store": mooncake.store.requests,
-    }
-    floor = floors[program]
-    if floor is None or not launch.holds_gib:
-        return floor
-    return floor.model_copy(update={"memory_gib": floor.memory_gib + launch.holds_gib})
-
-
-def process_spec(
-    run: Run,
-    image: str,
-    platform: str,
-    program: Program,
-    args: Sequence[Value],
-    env: Sequence[tuple[str, Value]],
-    options: ServeOptions,
-    host_network: bool,
-    labels: dict[str, str],
-    launch: Launch | None = None,
-) -> RunSpec:
-    """One process's spec: its command and what its server reads from it (`options`) from the plan,
-    everything else from the catalog."""
-    server, vendor = run.server, run.vendor
-    programs = Programs(server=server, router=run.router, mooncake=run.mooncake)
-    launch = launch or Launch()
-    is_vllm = program == "vllm"
-    master = program == "mooncake-master"
-    probe = health_probe(programs, program, options, run.start_period_s)
-    served = options.served_names or ((options.model,) if options.model else ())
-    return RunSpec(
-        image=image,
-        platform=platform,
-        program=program,
-        entrypoint=launch.entrypoint,
-        configs=launch.configs,
-        after=launch.after,
-        args=tuple(args),
-        env=tuple(env),
-        secrets=tuple(server.secrets) if is_vllm else (),
-        gpu_request=vendor.gpu_request if is_vllm else None,
-        gpus=options.sizes.gpus(run.gpus_per_node) if is_vllm and vendor.gpu_check is not None else 0,
-        devices=tuple(vendor.devices) if is_vllm else (),
-        groups=tuple(group.group for group in vendor.group_add) if is_vllm else (),
-        security_opt=tuple(vendor.security_opt) if is_vllm else (),
-        # Mooncake pins memory for its transfers as NCCL does: the same capability
-        capabilities=tuple(server.capabilities) if program != "vllm-router" else (),
-        shm_size=vendor.shm_size if is_vllm else None,
-        ulimits=tuple(server.ulimits.items()) if is_vllm else (),
-        port=listening_port(programs, program, options)[0],
-        rpc_port=(options.rpc_port or run.mooncake.master.rpc_port) if master else None,
-        served_names=served if is_vllm else (),
-        network="host" if host_network else "published",
-        probe=probe,
-        volumes=tuple(server.volumes) if is_vllm else (),
-        labels=tuple(sorted(labels.items())),
-        gpu_resource=vendor.kubernetes_resource if is_vllm else None,
-        restart=server.restart,
-        publish_address=str(server.publish_address),
-        requests=_requests(run, program, launch),
-        cache_gb=run.weights_gb if is_vllm else None,
-    )
