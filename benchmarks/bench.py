@@ -36,8 +36,9 @@ from factory.base.files import write_text_atomic
 from factory.base.settings import BuildSettings, load_settings
 from factory.build.builder import BuildResult, build_image
 from factory.engine.connect import connect
-from factory.generate.blueprint import Blueprint, select
+from factory.generate.blueprint import Blueprint
 from factory.generate.run import generate
+from factory.generate.select import select
 from factory.lock.locker import lock
 from factory.plan.models import ImagePlan
 from factory.project import Project, load_project

@@ -21,7 +21,8 @@ import docker
 from docker.errors import ImageNotFound
 
 from factory.engine.connect import OWNER_LABEL
-from factory.generate.blueprint import Blueprint, select
+from factory.generate.blueprint import Blueprint
+from factory.generate.select import select
 from factory.project import Project, load_project
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -32,7 +32,7 @@ from factory.recipes.loader import load_tree
 from factory.render import compose
 from factory.router.image import router_files, router_health, router_image
 from factory.router.lock import lock_path, read_router_lock
-from tests.conftest import FIXTURES, ROOT, TINY, run_factory
+from tests.conftest import FIXTURES, ROOT, TINY, kv_blueprint, run_factory
 
 ROUTER_LABEL = {OWNER_LABEL: "test-router"}
 
@@ -407,11 +407,15 @@ def _parsed(image: str, docker_client: docker.DockerClient, argvs: list[list[str
 def test_vllm_router_parses_every_router_command_the_factory_renders(
     project: Project, router_built: BuildResult, docker_client: docker.DockerClient
 ) -> None:
-    """Every distinct prefill/decode router command (the fixture's, and the shared corpus's where it is
-    here) is accepted by the locked vllm-router's own argument parser. The site's KV-store router command
-    is not: vllm-router 0.1.17 has no `--backend-url` (its backends are `--worker-urls URL ...`), so the
-    factory must rewrite it by a rule once it generates KV-store deployments; the rewritten form parses."""
+    """Every distinct router command the factory renders (prefill/decode and KV-store routers: the project's,
+    the fixture's, and the shared corpus's where it is here) is accepted by the locked vllm-router's own
+    argument parser. The site's KV-store router command is not: vllm-router 0.1.17 has no `--backend-url`
+    (its backends are `--worker-urls URL ...`), which is why the factory rewrites it by a recorded rule."""
+    from factory.synthesis.kv_store import router_argv
+
     commands = {tuple(role.argv) for role in pd_deployment(project).roles if role.program == "vllm-router"}
+    kv = kv_blueprint(project).deployment("kv_store_centralized_mooncake")
+    commands |= {tuple(role.argv) for role in kv.roles if role.program == "vllm-router"}
     tree = os.environ.get("FACTORY_UPSTREAM_RECIPES")
     if tree:
         result = run_factory(ROOT, "renderings", "--recipes", tree, "--json")
@@ -420,23 +424,16 @@ def test_vllm_router_parses_every_router_command_the_factory_renders(
             if data.get("deploy_type") == "pd_cluster":
                 commands.add(tuple(data["roles"]["router"]["argv"]))
             elif data.get("deploy_type") == "kv_store_lb" and data.get("router_argv"):
-                site_kv = list(data["router_argv"])
+                commands.add(tuple(data["router_argv"]))
     argvs = sorted(list(c) for c in commands)
     verdicts = _parsed(router_built.image, docker_client, argvs)
     refused = [(argv, verdict) for argv, verdict in zip(argvs, verdicts, strict=True) if verdict != "ok"]
     assert not refused, refused[:3]
+    assert any("--worker-urls" in argv for argv in argvs), "the KV-store routers are among them"
     print(f"vllm-router parsed {len(argvs)} distinct router commands")
-    if tree:
-        urls = [site_kv[i + 1] for i, token in enumerate(site_kv) if token == "--backend-url"]
-        rest = [
-            t
-            for i, t in enumerate(site_kv)
-            if t != "--backend-url" and (i == 0 or site_kv[i - 1] != "--backend-url")
-        ]
-        rewritten = [*rest[:3], "--worker-urls", *urls, *rest[3:]]
-        site_said, rewritten_said = _parsed(router_built.image, docker_client, [site_kv, rewritten])
-        assert "unrecognized arguments: --backend-url" in site_said, site_said
-        assert rewritten_said == "ok", rewritten_said
+    site = list(router_argv(project.tree.kv_stores["kv_store_centralized_mooncake"], 2))  # the site's own
+    (site_said,) = _parsed(router_built.image, docker_client, [site])
+    assert "unrecognized arguments: --backend-url" in site_said, site_said
 
 
 @pytest.mark.parametrize("field", sorted(RunSpec.model_fields))

@@ -71,7 +71,7 @@ def cmd_conformance(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_show(project: Project, args: argparse.Namespace) -> int:
-    from factory.generate.blueprint import choose_deployment
+    from factory.generate.select import choose_deployment
     from factory.report.show import render_show
 
     blueprint, deployment = choose_deployment(

@@ -42,7 +42,7 @@ def cmd_check_args(project: Project, args: argparse.Namespace) -> int:
 
 
 def _selected(project: Project, args: argparse.Namespace) -> list[Blueprint]:
-    from factory.generate.blueprint import select
+    from factory.generate.select import select
 
     model = args.model or project.catalog.build_recipe(args.hardware)
     return select(project, model, args.hardware, args.variant, args.kv_store)

@@ -1,0 +1,104 @@
+"""How the catalog's processes serve: the API server's port, health check, capabilities, secrets and volumes
+(vLLM), the P/D and KV routers' own facts (vllm-router), and the Mooncake master's and store service's."""
+
+from __future__ import annotations
+
+from ipaddress import IPv4Address
+from typing import Literal
+
+from factory.base.models import Count, Port, Strict
+
+
+class PodRequests(Strict):
+    """What a pod asks its node for besides GPUs, so it is scheduled with room and is not the first evicted
+    under pressure (a pod with no requests is BestEffort). The renderer adds one CPU per GPU the process
+    drives (vLLM runs a worker process per GPU) and the /dev/shm size (a memory-backed emptyDir counts as
+    the pod's memory)."""
+
+    cpu: Count  # besides one per GPU: vLLM's API server and engine core
+    memory_gib: Count  # besides /dev/shm
+    why: str = ""
+
+
+class Secret(Strict):
+    """An environment variable a process reads from a secret the operator holds: only its name is written."""
+
+    env: str
+    what: str
+    optional: bool = True
+
+
+class Volume(Strict):
+    """A host folder (a setting, with its default) mounted into every serving container."""
+
+    name: str
+    target: str
+    setting: str  # the host setting naming the folder
+    default: str  # the folder when the setting is not given
+    what: str
+
+
+class Server(Strict):
+    """How every image serves: the API port inside the container, the health check, and what every serving
+    process gets besides its vendor's devices."""
+
+    port: Port = 8000
+    health_path: str = "/health"
+    health_interval_s: Count = 30
+    health_timeout_s: Count = 5
+    health_retries: Count = 3
+    capabilities: list[str] = []
+    ulimits: dict[str, int] = {}
+    secrets: list[Secret] = []
+    volumes: list[Volume] = []
+    # What the engine does when a process exits: "no" leaves it exited, its logs saying why.
+    restart: Literal["no", "on-failure", "always", "unless-stopped"] = "no"
+    # The host address the API is published on by default (the BIND_ADDRESS setting changes it).
+    publish_address: IPv4Address = IPv4Address("127.0.0.1")
+    router_requests: PodRequests | None = None  # the P/D router's pod (no GPU, no model)
+
+    @property
+    def health_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}{self.health_path}"
+
+
+class RouterProcess(Strict):
+    """The P/D router's own facts (vllm-router, the release the router lock holds): where it listens when no
+    --port is given, how it says it is ready, and how long its own start takes. It binds only once every
+    worker it fronts answers, waiting at most --worker-startup-timeout-secs (then it exits): its start budget
+    is that wait plus its own start."""
+
+    default_port: Port = 30000  # vllm-router 0.1.17's --port default (router_args.py): the image's EXPOSE
+    health_path: str = "/health"
+    start_period_s: Count = 60  # its own start once its workers answer
+    worker_wait_default_s: Count = 600  # --worker-startup-timeout-secs' default in vllm-router 0.1.17
+    sources: list[str] = []
+
+
+class MooncakeProcess(Strict):
+    """A Mooncake process of a KV-store deployment: where it says it is ready, within how long, and what a
+    pod of it asks its node for."""
+
+    port: Port
+    health_path: str
+    start_period_s: Count
+    # Docker runs a container's first check one interval after it starts: these answer within seconds.
+    health_interval_s: Count = 5
+    # Where the other processes call it, besides the port it answers its health check on (the master's RPC,
+    # where every instance and the store register): the default when its command names none.
+    rpc_port: Port | None = None
+    requests: PodRequests | None = None
+
+
+class MooncakeProcesses(Strict):
+    """The master and the store service, as Mooncake's own code runs them (read in the wheel, run here)."""
+
+    master: MooncakeProcess = MooncakeProcess(
+        port=9003, health_path="/health", start_period_s=60, rpc_port=50051
+    )
+    store: MooncakeProcess = MooncakeProcess(
+        port=8080, health_path="/api/exist/healthcheck", start_period_s=150
+    )
+    config_dir: str = "/etc/mooncake"  # where a process's generated config template is mounted
+    filled_dir: str = "/run/mooncake"  # where it is written, filled from the process's environment
+    sources: list[str] = []
