@@ -123,6 +123,25 @@ def test_the_store_asks_for_the_memory_its_segment_and_buffer_pin(project: Proje
     assert _container(store)["resources"]["requests"] == {"cpu": "2", "memory": "5Gi"}
 
 
+def _instance_memory(deployment: Deployment) -> str:
+    instance = _named(kubernetes.objects(deployment), kubernetes.unit_names(deployment)["instance-1"])
+    return str(_container(instance)["resources"]["requests"]["memory"])
+
+
+def test_each_instance_asks_for_what_every_one_of_its_ranks_registers(project: Project) -> None:
+    """vLLM's MooncakeStoreWorker sets up a store client in every worker rank, one per GPU (the kv_store
+    file: "global_segment_size is per GPU (not per node)"), each registering its config's segment and buffer
+    in host memory, pinned. Kimi-Linear on H200 runs TP 8: distributed, 8 x (100 GiB + 4 GiB) on the vendor's
+    32 GiB floor (the pod asked for 32 GiB before: 832 GiB it would pin were not requested); centralized,
+    whose instances give no segment, 8 x 4 GiB of buffers. On CPU, one rank: 256 MiB + 64 MiB, rounded up."""
+    stores = {(d.image.slug, d.image.hardware, d.strategy): d for d in project_stores(project)}
+    kimi = "kimi-linear-48b-a3b-instruct"
+    assert _instance_memory(stores[(kimi, "h200", "kv_store_distributed_mooncake")]) == "864Gi"
+    assert _instance_memory(stores[(kimi, "h200", "kv_store_centralized_mooncake")]) == "64Gi"
+    tiny = stores[("tiny-random-llama", "cpu", "kv_store_centralized_mooncake")]
+    assert _instance_memory(tiny) == "7Gi", "4 GiB floor + 2 GiB /dev/shm + 64 MiB of buffer, rounded up"
+
+
 # --- the start order: each pod waits for the Services of the processes it starts after -----------------
 
 

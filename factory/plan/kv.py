@@ -65,9 +65,14 @@ def config_bytes(values: Mapping[str, ConfigValue], key: str, source: str) -> in
         ) from None
 
 
+def held_bytes(values: Mapping[str, ConfigValue], source: str) -> int:
+    """The memory a Mooncake client registers with this config: its segment and its buffer."""
+    return sum(config_bytes(values, key, source) for key in HELD)
+
+
 def held_gib(values: Mapping[str, ConfigValue], source: str) -> int:
     """The memory a process registers (its segment and its buffer), in whole GiB rounded up."""
-    return math.ceil(sum(config_bytes(values, key, source) for key in HELD) / 2**30)
+    return math.ceil(held_bytes(values, source) / 2**30)
 
 
 def instance_pool(number: int) -> str:
@@ -195,7 +200,9 @@ class _KvPlanner:
 
     def instances(self, vendor: Mooncake, after: tuple[str, ...]) -> list[NodeRole]:
         kv = self.kv
-        config = self.mount("vllm", with_vendor(kv.vllm_config, vendor.config))
+        values = with_vendor(kv.vllm_config, vendor.config)
+        config = self.mount("vllm", values)
+        per_rank = held_bytes(values, self.source)
         many = len(kv.instances) > 1
         roles: list[NodeRole] = []
         for number, instance in enumerate(kv.instances, start=1):
@@ -218,6 +225,7 @@ class _KvPlanner:
                     entrypoint=(FILL, config.template, config.filled, "factory-serve"),
                     configs=(config,),
                     after=after,
+                    holds_per_rank_bytes=per_rank,
                 )
                 roles.append(role.model_copy(update={"env": env, "launch": launch}))
         return roles

@@ -9,6 +9,7 @@ process_spec: the process's command and what its server reads from it, everythin
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from factory.catalog.schema import PodRequests
@@ -97,9 +98,9 @@ def _grouped(roles: Sequence[NodeRole]) -> list[tuple[str, list[NodeRole]]]:
     return list(found.items())
 
 
-def _requests(run: Run, program: Program, launch: Launch) -> PodRequests | None:
+def _requests(run: Run, program: Program, launch: Launch, gpus: int) -> PodRequests | None:
     """What a pod of the process asks for besides GPUs: the catalog's floor for its program, plus the memory
-    its launch says it holds."""
+    its launch says it holds (once, and once per worker rank: one per GPU, one on CPU)."""
     server, mooncake = run.server, run.mooncake
     floors = {
         "vllm": run.vendor.pod_requests,
@@ -108,9 +109,10 @@ def _requests(run: Run, program: Program, launch: Launch) -> PodRequests | None:
         "mooncake-store": mooncake.store.requests,
     }
     floor = floors[program]
-    if floor is None or not launch.holds_gib:
+    held = launch.holds_gib + math.ceil(launch.holds_per_rank_bytes * max(1, gpus) / 2**30)
+    if floor is None or not held:
         return floor
-    return floor.model_copy(update={"memory_gib": floor.memory_gib + launch.holds_gib})
+    return floor.model_copy(update={"memory_gib": floor.memory_gib + held})
 
 
 def process_spec(
@@ -134,6 +136,7 @@ def process_spec(
     master = program == "mooncake-master"
     probe = health_probe(programs, program, options, run.start_period_s)
     served = options.served_names or ((options.model,) if options.model else ())
+    gpus = options.sizes.gpus(run.gpus_per_node) if is_vllm and vendor.gpu_check is not None else 0
     return RunSpec(
         image=image,
         platform=platform,
@@ -145,7 +148,7 @@ def process_spec(
         env=tuple(env),
         secrets=tuple(server.secrets) if is_vllm else (),
         gpu_request=vendor.gpu_request if is_vllm else None,
-        gpus=options.sizes.gpus(run.gpus_per_node) if is_vllm and vendor.gpu_check is not None else 0,
+        gpus=gpus,
         devices=tuple(vendor.devices) if is_vllm else (),
         groups=tuple(group.group for group in vendor.group_add) if is_vllm else (),
         security_opt=tuple(vendor.security_opt) if is_vllm else (),
@@ -163,6 +166,6 @@ def process_spec(
         gpu_resource=vendor.kubernetes_resource if is_vllm else None,
         restart=server.restart,
         publish_address=str(server.publish_address),
-        requests=_requests(run, program, launch),
+        requests=_requests(run, program, launch, gpus),
         cache_gb=run.weights_gb if is_vllm else None,
     )
