@@ -16,7 +16,6 @@ own address on the host's network (the router calls it there), and the catalog's
 from __future__ import annotations
 
 import json
-import math
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -68,11 +67,6 @@ def config_bytes(values: Mapping[str, ConfigValue], key: str, source: str) -> in
 def held_bytes(values: Mapping[str, ConfigValue], source: str) -> int:
     """The memory a Mooncake client registers with this config: its segment and its buffer."""
     return sum(config_bytes(values, key, source) for key in HELD)
-
-
-def held_gib(values: Mapping[str, ConfigValue], source: str) -> int:
-    """The memory a process registers (its segment and its buffer), in whole GiB rounded up."""
-    return math.ceil(held_bytes(values, source) / 2**30)
 
 
 def instance_pool(number: int) -> str:
@@ -193,7 +187,7 @@ class _KvPlanner:
             entrypoint=(FILL, config.template, config.filled, *program),
             configs=(config,),
             after=(MASTER,),
-            holds_gib=held_gib(values, self.source),
+            holds_bytes=held_bytes(values, self.source),
         )
         env = self.filled_env(config, "store.env")
         return node_role(STORE, 0, args, env, program="mooncake-store", launch=launch)

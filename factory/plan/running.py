@@ -109,7 +109,7 @@ def _requests(run: Run, program: Program, launch: Launch, gpus: int) -> PodReque
         "mooncake-store": mooncake.store.requests,
     }
     floor = floors[program]
-    held = launch.holds_gib + math.ceil(launch.holds_per_rank_bytes * max(1, gpus) / 2**30)
+    held = math.ceil((launch.holds_bytes + launch.holds_per_rank_bytes * max(1, gpus)) / 2**30)
     if floor is None or not held:
         return floor
     return floor.model_copy(update={"memory_gib": floor.memory_gib + held})

@@ -279,7 +279,7 @@ class Launch(Frozen):
     after: tuple[str, ...] = ()
     # Memory it holds besides its program's floor (the catalog's requests): the store service's segment and
     # buffer, which its config registers and pins; a pod of it asks for both.
-    holds_gib: int = 0
+    holds_bytes: int = 0
     # The same for each worker rank (one per GPU; one on CPU): vLLM's MooncakeStoreWorker sets up a store of
     # its own in every rank, registering its config's segment and buffer (an instance of the distributed
     # topology gives its segment to the pool; every instance registers its buffer).
