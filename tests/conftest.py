@@ -200,7 +200,9 @@ def docker_client() -> docker.DockerClient:
 
 
 def factory_containers(client: docker.DockerClient) -> set[str]:
-    return {c.id for c in client.containers.list(all=True, filters={"label": OWNER_LABEL})}
+    return {
+        c.id for c in client.containers.list(all=True, filters={"label": OWNER_LABEL}, ignore_removed=True)
+    }
 
 
 @pytest.fixture

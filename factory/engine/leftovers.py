@@ -73,7 +73,7 @@ def _remove_where(
     accepts; the names of those removed."""
     removed = []
     filters: dict[str, str | list[str] | bool] = {"label": [OWNER_LABEL, *required]}
-    for container in client.containers.list(all=True, filters=filters):
+    for container in client.containers.list(all=True, filters=filters, ignore_removed=True):
         if not chosen(container.labels):
             continue
         with contextlib.suppress(NotFound, APIError):
