@@ -75,7 +75,7 @@ def cmd_show(project: Project, args: argparse.Namespace) -> int:
     from factory.report.show import render_show
 
     blueprint, deployment = choose_deployment(
-        project, args.model, args.hardware, args.strategy, args.variant, args.nodes
+        project, args.model, args.hardware, args.strategy, args.variant, args.nodes, args.kv_offload
     )
     if args.format == "k8s":
         from factory.render import kubernetes
@@ -89,7 +89,8 @@ def cmd_show(project: Project, args: argparse.Namespace) -> int:
 
         say(json.dumps(rendering(blueprint, deployment), ensure_ascii=False))
         return 0
-    print(render_show(blueprint, deployment), end="")
+    offload = project.tree.taxonomy.kv_offload.get(deployment.kv_offload or "")
+    print(render_show(blueprint, deployment, offload), end="")
     return 0
 
 

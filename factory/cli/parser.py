@@ -149,6 +149,11 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--strategy")
     show.add_argument("--variant")
     show.add_argument("--nodes", type=node_count)
+    show.add_argument(
+        "--kv-offload",
+        metavar="OPTION",
+        help="compose an option of the recipes site's KV-offload row (taxonomy kv_offload), e.g. simple",
+    )
     show.add_argument("--json", action="store_true", help="print the rendering as one JSON object")
     show.add_argument(
         "--format",

@@ -8,10 +8,11 @@ again. A recipe that cannot be planned is that recipe's problem alone: the other
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from factory.base.errors import FactoryError, InputError
 from factory.catalog.schema import Mooncake, Server, Vendor
+from factory.generate.choices import with_nodes, with_offload
 from factory.lock.mooncake import floor as mooncake_floor
 from factory.lock.pins import pinned_vllm
 from factory.lockfile.model import Release
@@ -125,8 +126,12 @@ def plan_project(project: Project, nodes: int | None = None) -> Blueprints:
     return Blueprints(tuple(plans), tuple(problems))
 
 
-def plan_recipe(project: Project, loaded: LoadedRecipe, nodes: int | None = None) -> RecipePlan:
-    """Every image of one recipe (variant x hardware) with its deployments, and what is left out."""
+def plan_recipe(
+    project: Project, loaded: LoadedRecipe, nodes: int | None = None, kv_offload: str | None = None
+) -> RecipePlan:
+    """Every image of one recipe (variant x hardware) with its deployments, and what is left out; with
+    `kv_offload`, each deployment composed with that option of the site's KV-offload row (and no KV store,
+    which owns the connector itself)."""
     recipe, tree = loaded.recipe, project.tree
     for brand in _brands(tree):  # a bad pin is the recipe's problem even before the lock is made
         pinned_vllm(loaded, project.catalog, brand)
@@ -146,8 +151,11 @@ def plan_recipe(project: Project, loaded: LoadedRecipe, nodes: int | None = None
                 combos, refusals = combinations(recipe, variant, hardware, tree.strategies, tree.taxonomy)
             base = {"recipe": loaded.recipe_id, "model": model, "variant": variant, "hardware": hardware}
             skipped += [Skipped(**base, strategy=r.strategy, reason=r.reason) for r in refusals]
-            combos, too_few = _with_nodes(combos, nodes)
+            combos, too_few = with_nodes(combos, nodes)
             skipped += [Skipped(**base, strategy=c.strategy, reason=why) for c, why in too_few]
+            if kv_offload is not None:
+                combos, refused = with_offload(combos, kv_offload, loaded, tree)
+                skipped += [Skipped(**base, strategy=c.strategy, reason=why) for c, why in refused]
             if hardware not in project.catalog.hardware:
                 profile = tree.taxonomy.hardware_profiles[hardware]
                 why = f"the factory cannot build for {profile.brand} {profile.gen} hardware: no catalog entry"
@@ -160,6 +168,7 @@ def plan_recipe(project: Project, loaded: LoadedRecipe, nodes: int | None = None
             stores = kv_store.commands(
                 recipe, variant, hardware, tree.kv_stores, tree.strategies, tree.taxonomy, also
             )
+            stores = stores if kv_offload is None else []  # a KV store sets the connector itself
             kv += stores
             if combos or recipe.is_omni:
                 release = locked_release(project, loaded, variant, hardware)
@@ -171,25 +180,6 @@ def plan_recipe(project: Project, loaded: LoadedRecipe, nodes: int | None = None
 
 def _brands(tree: RecipeTree) -> set[str]:
     return {profile.brand for profile in tree.taxonomy.hardware_profiles.values()}
-
-
-def _with_nodes(
-    combos: list[Combination], nodes: int | None
-) -> tuple[list[Combination], list[tuple[Combination, str]]]:
-    """With --nodes N, multi-node deployments render on N nodes, unless the recipe's GPU floor needs more."""
-    if nodes is None:
-        return combos, []
-    kept, refused = [], []
-    for combo in combos:
-        if combo.node_count < 2 or combo.pd_nodes is not None:
-            kept.append(combo)
-        elif nodes < combo.node_count:
-            refused.append(
-                (combo, f"needs {combo.node_count} nodes (strategy_min_gpus); --nodes gave {nodes}")
-            )
-        else:
-            kept.append(replace(combo, node_count=nodes))
-    return kept, refused
 
 
 def finish(
@@ -317,7 +307,9 @@ def _deployment(
         router_image=_router(project) if planned.deploy_type == "pd_cluster" else ROUTER_IMAGE,
         host_network=host_network,
         platforms=(image.platform, ROUTER_PLATFORM),
-        deployment=naming.deployment_name(image.slug, image.hardware, image.variant, combo.strategy),
+        deployment=naming.deployment_name(
+            image.slug, image.hardware, image.variant, naming.layout(combo.strategy, combo.kv_offload)
+        ),
     )
     return Deployment(
         image=image,
@@ -331,6 +323,7 @@ def _deployment(
         deviations=list(planned.deviations),
         recommended=combo.recommended,
         run=groups,
+        kv_offload=combo.kv_offload,
     )
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from factory.base.errors import InputError
 from factory.generate.blueprint import Blueprint, plan_recipe
+from factory.plan import naming
 from factory.plan.models import Deployment
 from factory.project import Project
+from factory.synthesis.kv_offload import refusal
 
 
 def select(
@@ -53,8 +55,10 @@ def choose_deployment(
     strategy: str | None = None,
     variant: str | None = None,
     nodes: int | None = None,
+    kv_offload: str | None = None,
 ) -> tuple[Blueprint, Deployment]:
-    """One deployment, as `factory show` prints it: the recommended one unless told otherwise."""
+    """One deployment, as `factory show` prints it: the recommended one unless told otherwise; with
+    `kv_offload`, composed with that option of the site's KV-offload row, or refused with the gate."""
     loaded, named = project.tree.lookup(model)
     variant = variant or named or next(iter(loaded.recipe.variants))
     kv_store = strategy is not None and strategy in project.tree.kv_stores
@@ -62,13 +66,24 @@ def choose_deployment(
     if strategy is None:
         chosen = next((d for d in blueprint.deployments if d.recommended), blueprint.deployments[0])
         strategy = chosen.strategy
-    if nodes is not None:
-        override = plan_recipe(project, loaded, nodes)
-        for candidate in override.images:
-            if (candidate.image.hardware, candidate.image.variant, candidate.kv_store) == (
-                hardware,
-                variant,
-                kv_store,
-            ):
-                blueprint = candidate
-    return blueprint, blueprint.deployment(strategy)
+    if nodes is None and kv_offload is None:
+        return blueprint, blueprint.deployment(strategy)
+    if kv_offload is not None:
+        taxonomy = project.tree.taxonomy
+        naming.offload_key(kv_offload, list(taxonomy.kv_offload), project.tree.root / "taxonomy.yaml")
+        if kv_store:
+            profile = taxonomy.hardware_profiles[hardware]
+            option = taxonomy.kv_offload[kv_offload]
+            why = refusal(kv_offload, option, loaded.recipe, strategy, "kv_store_lb", profile)
+            raise InputError(f"no {strategy} deployment with {kv_offload}: {why}", field="--kv-offload")
+    override = plan_recipe(project, loaded, nodes, kv_offload)
+    for refused in override.skipped:
+        if (refused.hardware, refused.variant, refused.strategy) == (hardware, variant, strategy):
+            raise InputError(
+                f"no {strategy} deployment of {blueprint.image.reference}: {refused.reason}",
+                field="--kv-offload" if kv_offload else "--nodes",
+                value=kv_offload or nodes,
+            )
+    wanted = (hardware, variant, kv_store)
+    found = [c for c in override.images if (c.image.hardware, c.image.variant, c.kv_store) == wanted]
+    return found[0], found[0].deployment(strategy)

@@ -13,9 +13,10 @@ from factory.plan.models import Deviation, FlagEdit, NodeRole, node_role
 from factory.project import Project
 from factory.recipes.loader import LoadedRecipe
 from factory.recipes.schema import EnvValue
+from factory.recipes.tree_schema import Taxonomy
 from factory.synthesis.command import Command, Process, resolve
 from factory.synthesis.matrix import Combination
-from factory.synthesis.selection import Selection
+from factory.synthesis.selection import KvOffload, Selection
 from factory.synthesis.values import own_address
 
 
@@ -41,6 +42,10 @@ def env_text(value: EnvValue) -> str:
     return str(value)
 
 
+def offload(taxonomy: Taxonomy, key: str | None) -> KvOffload | None:
+    return KvOffload(key, taxonomy.kv_offload[key]) if key is not None else None
+
+
 def plan_commands(
     project: Project, loaded: LoadedRecipe, combination: Combination, version: str | None, weights: str
 ) -> PlannedCommands:
@@ -54,6 +59,7 @@ def plan_commands(
         combination.features,
         combination.node_count,
         combination.pd_nodes,
+        kv_offload=offload(tree.taxonomy, combination.kv_offload),
     )
     command = resolve(selection, tree.strategies, tree.taxonomy)
     finisher = Finisher(project, loaded, version, weights, command)

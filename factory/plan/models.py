@@ -298,12 +298,19 @@ class Deployment(Frozen):
     deviations: list[Deviation]
     recommended: bool  # the strategy the recipes site recommends on this hardware
     run: tuple[ProcessGroup, ...]  # how every process runs: what each format prints
+    kv_offload: str | None = None  # the KV-offload option composed with the strategy (`factory show`)
+
+    @property
+    def layout(self) -> str:
+        """What names it among the image's deployments, in paths and names: its strategy, and the KV-offload
+        option when one composes with it (so the two never replace each other)."""
+        return naming.layout(self.strategy, self.kv_offload)
 
     @property
     def name(self) -> str:
         """Its name in every format and report (its containers carry it as a label)."""
         image = self.image
-        return naming.deployment_name(image.slug, image.hardware, image.variant, self.strategy)
+        return naming.deployment_name(image.slug, image.hardware, image.variant, self.layout)
 
     def process_name(self, role: NodeRole) -> str:
         """One process of it, as validation and its reports name it: <deployment>/<role>."""

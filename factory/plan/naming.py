@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from pathlib import Path
 
 from factory.base.errors import InputError
 from factory.recipes.grammar import MAX_NAME, identity
@@ -19,6 +20,29 @@ REPOSITORY_PREFIX = "vllm-factory"
 PATH_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
 # A Docker tag: word characters, dots and dashes, not starting with either, 128 at most.
 TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+
+
+def layout(strategy: str, kv_offload: str | None) -> str:
+    """What names a deployment among its image's: the strategy, and the KV-offload option composed with it
+    (so the two never replace each other in compose/ or on a cluster)."""
+    return f"{strategy}-{kv_offload}" if kv_offload else strategy
+
+
+def offload_key(key: str, valid: list[str], taxonomy_file: Path) -> str:
+    """A KV-offload option named on the command line: one of the taxonomy's, and a safe name segment
+    (the key comes from taxonomy.yaml, someone else's file, and ends up in paths and object names)."""
+    if key not in valid:
+        hint = None if valid else f"{taxonomy_file} has no kv_offload row (an older recipes tree?)"
+        raise InputError("unknown KV-offload option", field="--kv-offload", value=key, valid=valid, hint=hint)
+    if not PATH_COMPONENT.fullmatch(key) or len(key) > 32:
+        raise InputError(
+            "not usable in a deployment's name: lower-case letters and digits, joined by single '.', '_'"
+            " or '-', at most 32 characters",
+            file=taxonomy_file,
+            field=f"kv_offload.{key}",
+            value=key,
+        )
+    return key
 
 
 def deployment_name(image_slug: str, hardware: str, variant: str, strategy: str) -> str:

@@ -293,7 +293,5 @@ NOT_USED: dict[str, str] = {
     "model.docker_image": "upstream's prebuilt image; the factory builds its own",
     "model.flashinfer_autotune": "a page hint; the flags themselves are in base_args",
     "model.supports_dcp": "a page badge; the DCP flags are a feature's args",
-    "kv_cache_strategy_hardware": "Mooncake KV-store commands only (factory renderings): no files yet",
-    "kv_offload_support": "KV-offload options are a page row, not a default of any rendering",
     "dependencies": "extra installs on the page; images install vLLM from the lock (see factory show)",
 }

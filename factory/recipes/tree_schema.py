@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from factory.base.models import Count, Open, Port
-from factory.recipes.schema import Env, Section
+from factory.recipes.schema import Companion, Env, Section
 
 
 class HardwareMatch(Open):
@@ -138,7 +138,28 @@ class HardwareProfile(Open):
         return self.generation if isinstance(self.generation, list) else [self.generation]
 
 
+class KvOffloadOption(Section):
+    """One option of the site's KV-offload row (taxonomy `kv_offload.<key>`): a connector's flags appended
+    last to a single- or multi-node serving command, with its variables, and for some an install line and
+    a companion process. The page offers it where three gates pass (factory.synthesis.kv_offload)."""
+
+    display_name: str = ""
+    label: str = ""
+    group: str | None = None
+    order: int | None = None
+    description: str = ""
+    requires_opt_in: bool = False  # offered only where a recipe's kv_offload_support says `verified`
+    brands: list[str] = []  # empty: every brand
+    strategies: list[str] = []  # empty: every strategy but pd_cluster and the KV stores
+    args: list[str] = []
+    env: Env = {}
+    install: str | None = None
+    docs_url: str | None = None
+    companion: Companion | None = None
+
+
 class Taxonomy(Open):
     hardware_profiles: dict[str, HardwareProfile]
+    kv_offload: dict[str, KvOffloadOption] = {}
     strategies: list[str] = []
     tasks: list[Any] = []

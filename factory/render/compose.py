@@ -60,8 +60,8 @@ def directory(deployment: Deployment) -> PurePosixPath:
     image = deployment.image
     base = PurePosixPath("compose") / image.slug / f"{image.hardware}-{image.variant}"
     if deployment.deploy_type == "multi_node":
-        return base / deployment.strategy / f"{deployment.nodes}-nodes"
-    return base / deployment.strategy
+        return base / deployment.layout / f"{deployment.nodes}-nodes"
+    return base / deployment.layout
 
 
 def file_name(deployment: Deployment, role: NodeRole) -> str:
@@ -74,7 +74,7 @@ def path(deployment: Deployment, role: NodeRole) -> PurePosixPath:
 
 def project_name(deployment: Deployment, role: NodeRole) -> str:
     image = deployment.image
-    parts = [image.slug, image.hardware, image.variant, deployment.strategy]
+    parts = [image.slug, image.hardware, image.variant, deployment.layout]
     if len(deployment.roles) > 1:
         parts.append(role.name)
     return "-".join(parts).replace("_", "-").replace(".", "-").lower()

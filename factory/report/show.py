@@ -8,6 +8,7 @@ from __future__ import annotations
 from factory.generate.blueprint import Blueprint
 from factory.plan.models import Deployment, ImagePlan, NodeRole
 from factory.plan.settings import setting
+from factory.recipes.tree_schema import KvOffloadOption
 from factory.render import compose
 from factory.render.docker_run import command_words, run_options, shell_word, start_note
 from factory.synthesis.args import units
@@ -72,7 +73,20 @@ def docker_run(plan: Deployment, role: NodeRole) -> str:
     return "\n".join([*start_note(spec), command])
 
 
-def render_show(blueprint: Blueprint, plan: Deployment) -> str:
+def kv_offload_section(key: str, option: KvOffloadOption) -> list[str]:
+    """What a KV-offload option needs beyond its flags, as the page says it, and what the factory lacks."""
+    out = ["", f"## KV offload: {option.display_name or key}"]
+    out += [option.description] if option.description else []
+    if option.install:
+        out += [f"Needs `{option.install}`: not in the factory's images, so this will not start from them."]
+    if option.companion is not None and option.companion.command:
+        label = option.companion.label or key
+        out += [f"{label}: {option.companion.description}".rstrip(": "), option.companion.command.rstrip()]
+        out += ["(Not started by the factory's containers: run it beside `vllm serve` on the same node.)"]
+    return out
+
+
+def render_show(blueprint: Blueprint, plan: Deployment, offload: KvOffloadOption | None = None) -> str:
     image = blueprint.image
     out = [
         f"# {image.model_id} on {image.hardware_name}",
@@ -93,11 +107,16 @@ def render_show(blueprint: Blueprint, plan: Deployment) -> str:
             docker_run(plan, role),
             "",
         ]
-    out += ["## Compose", *(str(compose.path(plan, role)) for role in plan.roles)]
+    if plan.kv_offload is None:
+        out += ["## Compose", *(str(compose.path(plan, role)) for role in plan.roles)]
+    else:  # a pick of the page, not a default: `factory generate` writes no files for it
+        out += ["## Compose", "not written by `factory generate` (`--format k8s` prints the manifest)"]
     settings = compose.settings_used(plan)
     if settings:
         out += ["", f"## Settings ({compose.directory(plan) / '.env.example'})"]
         out += [f"{name}={setting(name).default or ''}  # {setting(name).why}" for name in settings]
+    if plan.kv_offload is not None and offload is not None:
+        out += kv_offload_section(plan.kv_offload, offload)
     if plan.deviations:
         out += ["", "## Where these commands differ from the recipes site"]
         out += [f"{d.flag}: {d.reason}" for d in plan.deviations]

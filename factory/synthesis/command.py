@@ -122,6 +122,8 @@ def build_args(
             continue
         if feature and allowed_for_strategy(feature, selection.strategy_name):
             args += feature_args(feature, name, recipe, selection.variant_key, profile, selection.profile_id)
+    if selection.kv_offload is not None:  # step 8: last, so its --kv-transfer-config wins the dedupe
+        args += selection.kv_offload.option.args
     if kv is None:
         return args
     if strategy.deploy_type == "pd_cluster":  # each pool's NIXL connector becomes NIXL and Mooncake
@@ -239,6 +241,9 @@ def resolve(
         and feature.companion is not None
         and allowed_for_strategy(feature, selection.strategy_name)
     )
+    offload = selection.kv_offload.option if selection.kv_offload else None
+    if offload is not None and offload.companion is not None and offload.companion.command:
+        companions += (offload.companion.command.rstrip(),)
     return Command(
         strategy.deploy_type, model, selection.node_count, nodes=(process(),), companions=companions
     )

@@ -40,6 +40,7 @@ def build_env(
     }
     if strategy.deploy_type != "pd_cluster":
         env.update(strategy.env)
+        env.update(selection.kv_offload.option.env if selection.kv_offload else {})
         env.update(kv or {})
     elif role:
         env.update(pd.role_spec(strategy, role).env)

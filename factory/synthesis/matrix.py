@@ -23,6 +23,7 @@ class Combination:
     pd_nodes: pd.PdNodes | None
     features: tuple[str, ...]
     recommended: bool  # the strategy the site recommends on this hardware
+    kv_offload: str | None = None  # a pick of the site's KV-offload row, never a default
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from factory.recipes.schema import Recipe
+from factory.recipes.tree_schema import KvOffloadOption
 from factory.synthesis.pd import PdNodes
 
 
@@ -19,3 +20,12 @@ class Selection:
     features: tuple[str, ...]
     node_count: int = 1
     pd_nodes: PdNodes | None = None
+    kv_offload: KvOffload | None = None  # the KV-offload row's pick, once its gates passed
+
+
+@dataclass(frozen=True)
+class KvOffload:
+    """A KV-offload option the reader picked on the page (taxonomy kv_offload.<key>)."""
+
+    key: str
+    option: KvOffloadOption

@@ -14,7 +14,7 @@ Manifest = dict[str, Any]
 
 def settings_used(deployment: Deployment) -> list[str]:
     """The ConfigMap's settings: every config setting a pod of the deployment names."""
-    where = deployment.strategy
+    where = deployment.layout
     names: list[str] = []
     config: set[str] = set()
     for group in deployment.run:

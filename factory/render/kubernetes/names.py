@@ -56,7 +56,7 @@ def require_deployable(deployment: Deployment, where: str) -> None:
 
 def directory(deployment: Deployment) -> PurePosixPath:
     image = deployment.image
-    base = PurePosixPath(ROOT) / image.slug / f"{image.hardware}-{image.variant}" / deployment.strategy
+    base = PurePosixPath(ROOT) / image.slug / f"{image.hardware}-{image.variant}" / deployment.layout
     return base / f"{deployment.nodes}-nodes" if deployment.deploy_type == "multi_node" else base
 
 
@@ -77,7 +77,7 @@ def object_name(deployment: Deployment, part: str = "") -> str:
     """A DNS label short enough for what LWS and the StatefulSet controller build from it (NAME_BUDGET);
     `part` (a PD pool, the router) ends it."""
     image = deployment.image
-    text = "-".join([image.slug, image.hardware, image.variant, deployment.strategy])
+    text = "-".join([image.slug, image.hardware, image.variant, deployment.layout])
     name = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
     room = NAME_BUDGET - (len(part) + 1 if part else 0)
     if len(name) > room:

@@ -30,7 +30,7 @@ Manifest = dict[str, Any]
 def objects(deployment: Deployment) -> list[Manifest]:
     """The deployment's objects: its ConfigMap (when it uses a setting), the workload, the Service."""
     name = object_name(deployment)
-    where = f"{deployment.image.reference} {deployment.strategy}"
+    where = f"{deployment.image.reference} {deployment.layout}"
     labels = {
         NAME_LABEL: name,
         COMPONENT_LABEL: SERVER_COMPONENT,

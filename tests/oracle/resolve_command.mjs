@@ -1,8 +1,10 @@
 // The site's own command builder (src/lib/command-synthesis.js beside the oracle's build-api) for what its
-// JSON API does not write: Mooncake composed with pd_cluster. Reads a JSON array of cases on stdin
-//   {recipe: "<file>", hf_id, variant, hardware, features: [...], node_count, pd_nodes: {prefill, decode}|null, kv}
-// and prints, per case, each pool's rank-0 argv and env and the router's command, as resolveCommand gives.
-// Usage: node pd_mooncake.mjs ORACLE_DIR TREE < cases.json
+// JSON API does not write: Mooncake composed with pd_cluster, and a deployment composed with an option of the
+// page's KV-offload row. Reads a JSON array of cases on stdin
+//   {recipe: "<file>", hf_id, variant, hardware, strategy, features: [...], node_count, pd_nodes, kv}
+// (`kv`: a KV store or a KV-offload option, resolveCommand's kvOffload) and prints, per case, what
+// resolveCommand gives: every node's argv, the environment and the companion commands; under pd_cluster each
+// pool's rank-0 argv and env and the router's command. Usage: node resolve_command.mjs ORACLE_DIR TREE < cases
 import fs from "fs";
 import path from "path";
 
@@ -33,10 +35,14 @@ const recipes = new Map();
 const results = cases.map((c) => {
   if (!recipes.has(c.recipe)) recipes.set(c.recipe, { ...read(c.recipe), hf_id: c.hf_id });
   const result = resolveCommand(
-    recipes.get(c.recipe), c.variant, "pd_cluster", c.hardware, c.features, strategies, taxonomy, [],
-    c.node_count, c.pd_nodes, {}, c.kv,
+    recipes.get(c.recipe), c.variant, c.strategy, c.hardware, c.features, strategies, taxonomy, [],
+    c.node_count, c.pd_nodes ?? null, {}, c.kv,
   );
-  const pool = (role) => ({ argv: result[role].argv, env: result[role].env });
-  return { prefill: pool("prefill"), decode: pool("decode"), router: result.router?.command ?? null };
+  if (result.deployType === "pd_cluster") {
+    const pool = (role) => ({ argv: result[role].argv, env: result[role].env });
+    return { prefill: pool("prefill"), decode: pool("decode"), router: result.router?.command ?? null };
+  }
+  const nodes = result.headArgv ? [result.headArgv, ...result.workerArgvs] : [result.argv];
+  return { nodes, env: result.env, companions: (result.companions ?? []).map((x) => x.command) };
 });
 process.stdout.write(JSON.stringify(results));
