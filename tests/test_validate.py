@@ -116,7 +116,8 @@ def test_when_health_fails_the_probes_after_it_are_skipped_not_run(
 
 
 def test_validation_leaves_no_container(tiny_validation: Any, docker_client: docker.DockerClient) -> None:
-    assert not docker_client.containers.list(all=True, filters={"label": "ai.vllm.factory.owner=validate"})
+    validating = {"label": "ai.vllm.factory.owner=validate"}
+    assert not docker_client.containers.list(all=True, filters=validating, ignore_removed=True)
 
 
 @pytest.mark.e2e

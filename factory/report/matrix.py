@@ -202,13 +202,16 @@ def engine_images(client: docker.DockerClient | None) -> dict[str, tuple[str, st
     if client is None:
         return {}
     try:
-        images = client.images.list()
+        # The engine's list as it answers it: the SDK's images.list() then asks for each image again, and
+        # one another run removes in between failed the whole listing.
+        images = client.api.images()
     except DockerException:
         return {}
     return {
-        tag: (str(image.id), (image.labels or {}).get("ai.vllm.factory.inputs-hash"))
+        tag: (str(image["Id"]), (image.get("Labels") or {}).get("ai.vllm.factory.inputs-hash"))
         for image in images
-        for tag in image.tags
+        for tag in image.get("RepoTags") or []
+        if tag != "<none>:<none>"
     }
 
 

@@ -33,9 +33,11 @@ def built_image_of(client: docker.DockerClient, version: str, omni: str | None =
     """A built factory image with this vLLM release (its own tag, or the first the engine lists); for omni
     commands, one with this vllm-omni release too: its parser is vllm-omni's."""
     labels = [f"{VERSION_LABEL}={version}"] + ([f"{OMNI_VERSION_LABEL}={omni}"] if omni else [])
-    for image in client.images.list(filters={"label": labels}):
-        if image.tags:
-            return str(image.tags[0])
+    # The engine's list as it answers it (images.list() asks for each image again: see engine_images).
+    for image in client.api.images(filters={"label": labels}):
+        tags = [tag for tag in image.get("RepoTags") or [] if tag != "<none>:<none>"]
+        if tags:
+            return str(tags[0])
     return None
 
 
