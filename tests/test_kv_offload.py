@@ -82,6 +82,14 @@ def upstream_show(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str
     return run_factory(ROOT, "show", KIMI, "--recipes", str(upstream_tree()), "--out", str(tmp_path), *args)
 
 
+def test_show_lists_the_options_the_site_offers_beside_a_deployment(tmp_path: Path) -> None:
+    shown = upstream_show(tmp_path, "--hardware", "h200")
+    assert shown.returncode == 0, shown.stderr
+    offered = shown.stdout.split("(`--kv-offload OPTION`)\n")[1].split("\n\n")[0].splitlines()
+    # Kimi-Linear records no verified run of the OffloadingConnector tiers (requires_opt_in)
+    assert offered == ["simple", "lmcache"], offered
+
+
 def test_show_composes_an_option_under_its_own_name_and_says_what_the_image_lacks(tmp_path: Path) -> None:
     simple = upstream_show(tmp_path, "--hardware", "h200", "--kv-offload", "simple")
     assert simple.returncode == 0, simple.stderr

@@ -71,7 +71,7 @@ def cmd_conformance(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_show(project: Project, args: argparse.Namespace) -> int:
-    from factory.generate.select import choose_deployment
+    from factory.generate.select import choose_deployment, offload_options
     from factory.report.show import render_show
 
     blueprint, deployment = choose_deployment(
@@ -90,7 +90,8 @@ def cmd_show(project: Project, args: argparse.Namespace) -> int:
         say(json.dumps(rendering(blueprint, deployment), ensure_ascii=False))
         return 0
     offload = project.tree.taxonomy.kv_offload.get(deployment.kv_offload or "")
-    print(render_show(blueprint, deployment, offload), end="")
+    offered = tuple(offload_options(project, deployment))
+    print(render_show(blueprint, deployment, offload, offered), end="")
     return 0
 
 

@@ -8,7 +8,7 @@ from factory.generate.blueprint import Blueprint, plan_recipe
 from factory.plan import naming
 from factory.plan.models import Deployment
 from factory.project import Project
-from factory.synthesis.kv_offload import refusal
+from factory.synthesis.kv_offload import offered, refusal
 
 
 def select(
@@ -87,3 +87,14 @@ def choose_deployment(
     wanted = (hardware, variant, kv_store)
     found = [c for c in override.images if (c.image.hardware, c.image.variant, c.kv_store) == wanted]
     return found[0], found[0].deployment(strategy)
+
+
+def offload_options(project: Project, deployment: Deployment) -> list[str]:
+    """The KV-offload options the site's page offers beside this deployment (`factory show --kv-offload`)."""
+    tree = project.tree
+    strategy = tree.strategies.get(deployment.strategy)
+    if strategy is None or deployment.kv_offload is not None:  # a KV store, or already composed
+        return []
+    recipe = tree.recipes[deployment.image.recipe_id].recipe
+    profile = tree.taxonomy.hardware_profiles[deployment.image.hardware]
+    return offered(tree.taxonomy.kv_offload, recipe, deployment.strategy, strategy, profile)

@@ -86,7 +86,12 @@ def kv_offload_section(key: str, option: KvOffloadOption) -> list[str]:
     return out
 
 
-def render_show(blueprint: Blueprint, plan: Deployment, offload: KvOffloadOption | None = None) -> str:
+def render_show(
+    blueprint: Blueprint,
+    plan: Deployment,
+    offload: KvOffloadOption | None = None,
+    offered: tuple[str, ...] = (),
+) -> str:
     image = blueprint.image
     out = [
         f"# {image.model_id} on {image.hardware_name}",
@@ -117,6 +122,8 @@ def render_show(blueprint: Blueprint, plan: Deployment, offload: KvOffloadOption
         out += [f"{name}={setting(name).default or ''}  # {setting(name).why}" for name in settings]
     if plan.kv_offload is not None and offload is not None:
         out += kv_offload_section(plan.kv_offload, offload)
+    if offered:
+        out += ["", "## KV-offload options the recipes site offers here (`--kv-offload OPTION`)", *offered]
     if plan.deviations:
         out += ["", "## Where these commands differ from the recipes site"]
         out += [f"{d.flag}: {d.reason}" for d in plan.deviations]
