@@ -75,7 +75,14 @@ def cmd_show(project: Project, args: argparse.Namespace) -> int:
     from factory.report.show import render_show
 
     blueprint, deployment = choose_deployment(
-        project, args.model, args.hardware, args.strategy, args.variant, args.nodes, args.kv_offload
+        project,
+        args.model,
+        args.hardware,
+        args.strategy,
+        args.variant,
+        args.nodes,
+        kv_offload=args.kv_offload,
+        instances=args.instances,
     )
     if args.format == "k8s":
         from factory.render import kubernetes

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, get_args
 
@@ -37,18 +38,28 @@ DESCRIPTION = (
 MAX_NODES = 64
 
 
-def node_count(text: str) -> int:
-    """--nodes: a whole number of nodes a multi-node deployment spans."""
-    try:
-        nodes = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if not 2 <= nodes <= MAX_NODES:
-        raise argparse.ArgumentTypeError(
-            f"{nodes} is outside 2..{MAX_NODES}: multi-node deployments span 2 to {MAX_NODES} nodes,"
-            " each with its own compose file"
-        )
-    return nodes
+def whole_number(low: int, high: int, why: str) -> Callable[[str], int]:
+    """An argparse type: a whole number in low..high, refused with `why` outside it."""
+
+    def parse(text: str) -> int:
+        try:
+            number = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if not low <= number <= high:
+            raise argparse.ArgumentTypeError(f"{number} is outside {low}..{high}: {why}")
+        return number
+
+    return parse
+
+
+# --nodes: a whole number of nodes a multi-node deployment spans.
+node_count = whole_number(
+    2, MAX_NODES, f"multi-node deployments span 2 to {MAX_NODES} nodes, each with its own compose file"
+)
+MAX_INSTANCES = 64
+# --instances: how many vLLM instances share a KV store (one needs no router).
+instance_count = whole_number(1, MAX_INSTANCES, f"a KV store has 1 to {MAX_INSTANCES} vLLM instances")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -149,6 +160,11 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--strategy")
     show.add_argument("--variant")
     show.add_argument("--nodes", type=node_count)
+    show.add_argument(
+        "--instances",
+        type=instance_count,
+        help="a KV store's vLLM instances (with --strategy KV_STORE; default: the store's own, as the site)",
+    )
     show.add_argument(
         "--kv-offload",
         metavar="OPTION",

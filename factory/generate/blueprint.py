@@ -127,11 +127,15 @@ def plan_project(project: Project, nodes: int | None = None) -> Blueprints:
 
 
 def plan_recipe(
-    project: Project, loaded: LoadedRecipe, nodes: int | None = None, kv_offload: str | None = None
+    project: Project,
+    loaded: LoadedRecipe,
+    nodes: int | None = None,
+    kv_offload: str | None = None,
+    instances: int | None = None,
 ) -> RecipePlan:
     """Every image of one recipe (variant x hardware) with its deployments, and what is left out; with
     `kv_offload`, each deployment composed with that option of the site's KV-offload row (and no KV store,
-    which owns the connector itself)."""
+    which owns the connector itself); with `instances`, KV stores of that many vLLM instances."""
     recipe, tree = loaded.recipe, project.tree
     for brand in _brands(tree):  # a bad pin is the recipe's problem even before the lock is made
         pinned_vllm(loaded, project.catalog, brand)
@@ -166,7 +170,7 @@ def plan_recipe(
             vendor = project.catalog.vendors[project.catalog.hardware[hardware].vendor]
             also = vendor.mooncake is not None and vendor.mooncake.factory_renders
             stores = kv_store.commands(
-                recipe, variant, hardware, tree.kv_stores, tree.strategies, tree.taxonomy, also
+                recipe, variant, hardware, tree.kv_stores, tree.strategies, tree.taxonomy, also, instances
             )
             stores = stores if kv_offload is None else []  # a KV store sets the connector itself
             kv += stores

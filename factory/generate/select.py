@@ -56,9 +56,11 @@ def choose_deployment(
     variant: str | None = None,
     nodes: int | None = None,
     kv_offload: str | None = None,
+    instances: int | None = None,
 ) -> tuple[Blueprint, Deployment]:
     """One deployment, as `factory show` prints it: the recommended one unless told otherwise; with
-    `kv_offload`, composed with that option of the site's KV-offload row, or refused with the gate."""
+    `kv_offload`, composed with that option of the site's KV-offload row, or refused with the gate; with
+    `instances`, a KV store's deployment with that many vLLM instances."""
     loaded, named = project.tree.lookup(model)
     variant = variant or named or next(iter(loaded.recipe.variants))
     kv_store = strategy is not None and strategy in project.tree.kv_stores
@@ -66,7 +68,14 @@ def choose_deployment(
     if strategy is None:
         chosen = next((d for d in blueprint.deployments if d.recommended), blueprint.deployments[0])
         strategy = chosen.strategy
-    if nodes is None and kv_offload is None:
+    if instances is not None and not kv_store:
+        raise InputError(
+            f"--instances counts a KV store's vLLM instances; {strategy} is not a KV store",
+            field="--strategy",
+            value=strategy,
+            valid=project.tree.kv_stores,
+        )
+    if nodes is None and kv_offload is None and instances is None:
         return blueprint, blueprint.deployment(strategy)
     if kv_offload is not None:
         taxonomy = project.tree.taxonomy
@@ -76,7 +85,7 @@ def choose_deployment(
             option = taxonomy.kv_offload[kv_offload]
             why = refusal(kv_offload, option, loaded.recipe, strategy, "kv_store_lb", profile)
             raise InputError(f"no {strategy} deployment with {kv_offload}: {why}", field="--kv-offload")
-    override = plan_recipe(project, loaded, nodes, kv_offload)
+    override = plan_recipe(project, loaded, nodes, kv_offload, instances)
     for refused in override.skipped:
         if (refused.hardware, refused.variant, refused.strategy) == (hardware, variant, strategy):
             raise InputError(

@@ -103,10 +103,12 @@ def commands(
     strategies: dict[str, Strategy],
     taxonomy: Taxonomy,
     also: bool = False,
+    instances: int | None = None,
 ) -> list[KvCommand]:
     """Every KV-store deployment the site renders for one variant on one hardware, in the site's order
     (the kv_store files' names); none for an omni recipe (the site renders it no command). `also`: on
-    hardware the site renders no store on, as the site would render it (the catalog's choice)."""
+    hardware the site renders no store on, as the site would render it (the catalog's choice).
+    `instances`: the page's instance count, instead of each store's default."""
     if recipe.is_omni:
         return []
     profile = taxonomy.hardware_profiles[profile_id]
@@ -117,9 +119,8 @@ def commands(
             continue
         choice = choose(recipe, variant_key, profile, profile_id, store_id, strategies)
         if choice is not None:
-            found.append(
-                resolve(recipe, variant_key, profile_id, features, choice, stores, strategies, taxonomy)
-            )
+            tree = (stores, strategies, taxonomy)
+            found.append(resolve(recipe, variant_key, profile_id, features, choice, *tree, instances))
     return found
 
 
@@ -149,11 +150,12 @@ def resolve(
     stores: dict[str, KvStore],
     strategies: dict[str, Strategy],
     taxonomy: Taxonomy,
+    instance_total: int | None = None,
 ) -> KvCommand:
     store = stores[choice.store]
     profile = taxonomy.hardware_profiles[profile_id]
     strategy = strategies[choice.serving]
-    count = instance_count(store)
+    count = instance_total or instance_count(store)
     selection = Selection(recipe, variant_key, choice.serving, profile_id, features, choice.node_count)
     multi = strategy.deploy_type == "multi_node" and choice.node_count > 1
 
