@@ -13,12 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from factory.base.errors import InputError
 from factory.recipes.loader import load_tree
 from factory.synthesis.command import resolve, served_model
 from factory.synthesis.kv_offload import refusal
 from factory.synthesis.selection import KvOffload, Selection
+from tests import kubernetes_checks as checks
 from tests.conftest import ROOT, run_factory
 from tests.site_builder import every_combination, resolve_on_the_site, upstream_tree
 
@@ -112,6 +114,9 @@ def test_show_composes_an_option_under_its_own_name_and_says_what_the_image_lack
     assert "SimpleCPUOffloadConnector" in manifest.stdout and "SimpleCPUOffloadConnector" not in plain.stdout
     names = [set(re.findall(r"^  name: (\S+)$", out.stdout, re.M)) for out in (manifest, plain)]
     assert names[0] and not names[0] & names[1], names  # applied beside the plain one, it replaces nothing
+    for doc in yaml.safe_load_all(manifest.stdout):  # the API's own schemas, oldest and newest supported
+        for version in (checks.KUBERNETES_VERSIONS[0], checks.KUBERNETES_VERSIONS[-1]):
+            assert checks.core_problems(doc, version) == [], (version, doc["kind"])
 
 
 @pytest.mark.parametrize(
