@@ -8,6 +8,7 @@ companion commands must be the site's; where the factory refuses it, the site mu
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,6 @@ from typing import Any
 import pytest
 import yaml
 
-from factory.base.errors import InputError
 from factory.recipes.loader import load_tree
 from factory.synthesis.command import resolve, served_model
 from factory.synthesis.kv_offload import refusal
@@ -124,25 +124,83 @@ def test_show_composes_an_option_under_its_own_name_and_says_what_the_image_lack
     [
         (["--kv-offload", "offloading_cpu"], "kv_offload_support.offloading_cpu is `verified`"),
         (["--kv-offload", "nope"], "unknown KV-offload option"),
-        (
-            ["--strategy", "kv_store_centralized_mooncake", "--kv-offload", "simple"],
-            "own --kv-transfer-config",
-        ),
+        (["--strategy", "kv_store_centralized_mooncake", "--kv-offload", "simple"], "own --kv-transfer"),
+        (["--strategy", "single_node_tep", "--kv-offload", "offloading_cpu"], "valid: multi_node_dep"),
+        (["--model", "inclusionAI/Ming-omni-tts-0.5B", "--kv-offload", "simple"], "omni commands"),
     ],
-    ids=["opt-in", "unknown", "kv-store"],
+    ids=["opt-in", "unknown", "kv-store", "no-such-strategy", "omni"],
 )
-def test_show_refuses_an_option_the_site_would_not_offer_and_names_the_gate(
+def test_show_refuses_an_option_the_site_would_not_offer_and_says_why(
     tmp_path: Path, args: list[str], said: str
 ) -> None:
-    result = upstream_show(tmp_path, "--hardware", "h200", *args)
-    assert result.returncode != 0
-    assert said in result.stderr, result.stderr
-    assert "--kv-offload" in result.stderr
+    model = args[1] if args[0] == "--model" else KIMI
+    args = args[2:] if args[0] == "--model" else args
+    tree, out = str(upstream_tree()), str(tmp_path)
+    result = run_factory(ROOT, "show", model, "--recipes", tree, "--out", out, "--hardware", "h200", *args)
+    assert result.returncode == 2, result.stderr  # bad input, said: no traceback
+    assert said in result.stderr and "Traceback" not in result.stderr, result.stderr
 
 
-def test_an_option_key_unfit_for_a_name_is_refused_with_the_taxonomy_field() -> None:
-    from factory.plan.naming import offload_key
+HOSTILE_OPTIONS = {
+    "evil/../../x": {"args": ["--kv-transfer-config", "{}"]},  # a key that would be a path in names
+    "broken": {"args": "--foo", "env": None},  # not a list: unreadable, and the rest of the tree goes on
+    # YAML's unquoted `no` is a string, true where the site tests it: the gate holds
+    "no_means_yes": {"requires_opt_in": "no", "args": ["--kv-transfer-config", "{}"]},
+    "quoting": {
+        "args": ["--kv-transfer-config", "{}"],
+        "install": 'pip install "x" # kind: Secret',
+        "companion": {"label": "Server: kind: Secret", "command": "run $(id) `id`"},
+    },
+}
 
-    with pytest.raises(InputError) as raised:
-        offload_key("../evil", ["../evil"], Path("tree/taxonomy.yaml"))
-    assert "tree/taxonomy.yaml: kv_offload.../evil" in str(raised.value)
+
+@pytest.fixture
+def hostile_tree(tmp_path: Path) -> Path:
+    """The shared corpus with options of the KV-offload row written by someone hostile or careless."""
+    tree = tmp_path / "tree"
+    shutil.copytree(upstream_tree(), tree)
+    taxonomy = yaml.safe_load((tree / "taxonomy.yaml").read_text())
+    taxonomy["kv_offload"].update(HOSTILE_OPTIONS)
+    (tree / "taxonomy.yaml").write_text(yaml.safe_dump(taxonomy))
+    return tree
+
+
+def test_hostile_options_stop_nothing_else_inject_nothing_and_are_refused_by_name(
+    hostile_tree: Path, tmp_path: Path
+) -> None:
+    def show(*args: str) -> subprocess.CompletedProcess[str]:
+        tree, out = str(hostile_tree), str(tmp_path / "out")
+        return run_factory(ROOT, "show", KIMI, "--recipes", tree, "--out", out, "--hardware", "h200", *args)
+
+    plain = show()
+    assert plain.returncode == 0, plain.stderr  # an unreadable option stops no other command
+    offered = plain.stdout.split("(`--kv-offload OPTION`)\n")[1].split("\n\n")[0].splitlines()
+    assert offered == ["simple", "lmcache", "quoting"], offered  # no unnameable key, no opt-in one
+    refusals = {
+        "evil/../../x": "not usable in a deployment's name",
+        "broken": "this KV-offload option could not be read: args",
+        "no_means_yes": "kv_offload_support.no_means_yes is `verified`",
+    }
+    for key, said in refusals.items():
+        result = show("--kv-offload", key)
+        assert result.returncode == 2 and said in result.stderr, (key, result.stderr)
+    manifest = show("--kv-offload", "quoting", "--format", "k8s")
+    assert manifest.returncode == 0, manifest.stderr
+    documents = list(yaml.safe_load_all(manifest.stdout))
+    assert [d["kind"] for d in documents] == ["Deployment", "Service"]  # no Secret slipped in
+    assert '# needs `pip install "x" # kind: Secret`: not in the factory\'s images.' in manifest.stdout
+    # Page text may span lines (an install line too): in a manifest's comment it is escaped onto one line.
+    taxonomy = yaml.safe_load((hostile_tree / "taxonomy.yaml").read_text())
+    taxonomy["kv_offload"]["quoting"]["install"] = "pip install x\nkind: Secret"
+    (hostile_tree / "taxonomy.yaml").write_text(yaml.safe_dump(taxonomy))
+    spanning = show("--kv-offload", "quoting", "--format", "k8s")
+    assert spanning.returncode == 0, spanning.stderr
+    assert [d["kind"] for d in yaml.safe_load_all(spanning.stdout)] == ["Deployment", "Service"]
+    assert "kind: Secret" not in spanning.stdout.splitlines()
+    assert "# needs `pip install x\\nkind: Secret`: not in the factory's images." in spanning.stdout
+    # Any other control character (a terminal's escape) is refused where the tree is read, naming the field.
+    taxonomy["kv_offload"]["quoting"]["companion"]["command"] = "run \x1b[2J"
+    (hostile_tree / "taxonomy.yaml").write_text(yaml.safe_dump(taxonomy))
+    refused = show("--kv-offload", "quoting")
+    assert refused.returncode == 2, refused.stderr
+    assert "kv_offload.quoting.companion.command: a control character" in refused.stderr

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from factory.base.errors import FactoryError, InputError
 from factory.catalog.schema import Mooncake, Server, Vendor
-from factory.generate.choices import with_nodes, with_offload
+from factory.generate.choices import offload_notes, with_nodes, with_offload
 from factory.lock.mooncake import floor as mooncake_floor
 from factory.lock.pins import pinned_vllm
 from factory.lockfile.model import Release
@@ -304,6 +304,7 @@ def _deployment(
     combo = planned.combination
     strategy = project.tree.strategies.get(combo.strategy)
     host_network = planned.deploy_type != "single_node"
+    option = project.tree.taxonomy.kv_offload.get(combo.kv_offload) if combo.kv_offload else None
     groups = process_groups(
         planned.roles,
         run,
@@ -328,6 +329,7 @@ def _deployment(
         recommended=combo.recommended,
         run=groups,
         kv_offload=combo.kv_offload,
+        kv_offload_notes=offload_notes(combo.kv_offload, option) if combo.kv_offload and option else (),
     )
 
 

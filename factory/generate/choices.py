@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from factory.base.errors import escaped
 from factory.recipes.loader import LoadedRecipe, RecipeTree
+from factory.recipes.tree_schema import KvOffloadOption
 from factory.synthesis.kv_offload import refusal
 from factory.synthesis.matrix import Combination
 
@@ -45,3 +47,15 @@ def with_nodes(
         else:
             kept.append(replace(combo, node_count=nodes))
     return kept, refused
+
+
+def offload_notes(key: str, option: KvOffloadOption) -> tuple[str, ...]:
+    """What a deployment composed with the option lacks to start as printed, one line each (they go into
+    YAML comments: the option's own text is escaped onto one line)."""
+    notes = [f"printed by `factory show --kv-offload {key}`; `factory generate` writes no file for it"]
+    if option.install:
+        notes.append(f"needs `{escaped(option.install)}`: not in the factory's images")
+    if option.companion is not None and option.companion.command:
+        label = escaped(option.companion.label or key)
+        notes.append(f"the {label} runs beside `vllm serve` on the same node: nothing here starts it")
+    return tuple(notes)

@@ -8,6 +8,7 @@ from factory.generate.blueprint import Blueprint, plan_recipe
 from factory.plan import naming
 from factory.plan.models import Deployment
 from factory.project import Project
+from factory.recipes.loader import LoadedRecipe
 from factory.synthesis.kv_offload import offered, refusal
 
 
@@ -78,24 +79,45 @@ def choose_deployment(
     if nodes is None and kv_offload is None and instances is None:
         return blueprint, blueprint.deployment(strategy)
     if kv_offload is not None:
-        taxonomy = project.tree.taxonomy
-        naming.offload_key(kv_offload, list(taxonomy.kv_offload), project.tree.root / "taxonomy.yaml")
-        if kv_store:
-            profile = taxonomy.hardware_profiles[hardware]
-            option = taxonomy.kv_offload[kv_offload]
-            why = refusal(kv_offload, option, loaded.recipe, strategy, "kv_store_lb", profile)
-            raise InputError(f"no {strategy} deployment with {kv_offload}: {why}", field="--kv-offload")
+        _offload_composes(project, loaded, kv_offload, strategy, kv_store, hardware)
+    if strategy not in {d.strategy for d in blueprint.deployments}:
+        blueprint.deployment(strategy)  # refused with the strategies there are
     override = plan_recipe(project, loaded, nodes, kv_offload, instances)
+    picked = f" with --kv-offload {kv_offload}" if kv_offload else ""
+    picked += f" on --nodes {nodes}" if nodes else ""
+    what = f"no {strategy} deployment of {blueprint.image.reference}{picked}"
     for refused in override.skipped:
         if (refused.hardware, refused.variant, refused.strategy) == (hardware, variant, strategy):
             raise InputError(
-                f"no {strategy} deployment of {blueprint.image.reference}: {refused.reason}",
-                field="--kv-offload" if kv_offload else "--nodes",
-                value=kv_offload or nodes,
+                f"{what}: {refused.reason}",
+                field="--strategy",
+                value=strategy,
             )
     wanted = (hardware, variant, kv_store)
     found = [c for c in override.images if (c.image.hardware, c.image.variant, c.kv_store) == wanted]
+    if not found:
+        raise InputError(what, field="--strategy")
     return found[0], found[0].deployment(strategy)
+
+
+def _offload_composes(
+    project: Project, loaded: LoadedRecipe, key: str, strategy: str, kv_store: bool, hardware: str
+) -> None:
+    """Refuse, saying why, a KV-offload option the site would not compose with this deployment: one the
+    tree cannot offer by name, an omni recipe's (the site composes none), a KV store's (it sets the
+    connector itself)."""
+    taxonomy = project.tree.taxonomy
+    naming.offload_key(key, taxonomy, project.tree.root / "taxonomy.yaml")
+    if loaded.recipe.is_omni:
+        raise InputError(
+            f"the recipes site composes no KV-offload option with {loaded.recipe_id}'s omni commands",
+            field="--kv-offload",
+            value=key,
+        )
+    if kv_store:
+        profile = taxonomy.hardware_profiles[hardware]
+        why = refusal(key, taxonomy.kv_offload[key], loaded.recipe, strategy, "kv_store_lb", profile)
+        raise InputError(f"no {strategy} deployment with {key}: {why}", field="--kv-offload")
 
 
 def offload_options(project: Project, deployment: Deployment) -> list[str]:
@@ -106,4 +128,5 @@ def offload_options(project: Project, deployment: Deployment) -> list[str]:
         return []
     recipe = tree.recipes[deployment.image.recipe_id].recipe
     profile = tree.taxonomy.hardware_profiles[deployment.image.hardware]
-    return offered(tree.taxonomy.kv_offload, recipe, deployment.strategy, strategy, profile)
+    found = offered(tree.taxonomy.kv_offload, recipe, deployment.strategy, strategy, profile)
+    return [key for key in found if naming.fits_a_name(key)]  # the others cannot be picked

@@ -299,6 +299,7 @@ class Deployment(Frozen):
     recommended: bool  # the strategy the recipes site recommends on this hardware
     run: tuple[ProcessGroup, ...]  # how every process runs: what each format prints
     kv_offload: str | None = None  # the KV-offload option composed with the strategy (`factory show`)
+    kv_offload_notes: tuple[str, ...] = ()  # what such a deployment lacks to start as printed
 
     @property
     def layout(self) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 from factory.base.errors import InputError
 from factory.recipes.grammar import MAX_NAME, identity
 from factory.recipes.loader import LoadedRecipe
+from factory.recipes.tree_schema import Taxonomy
 
 REPOSITORY_PREFIX = "vllm-factory"
 # A path component of a Docker repository name: lower-case letters and digits, single separators.
@@ -28,13 +29,20 @@ def layout(strategy: str, kv_offload: str | None) -> str:
     return f"{strategy}-{kv_offload}" if kv_offload else strategy
 
 
-def offload_key(key: str, valid: list[str], taxonomy_file: Path) -> str:
-    """A KV-offload option named on the command line: one of the taxonomy's, and a safe name segment
-    (the key comes from taxonomy.yaml, someone else's file, and ends up in paths and object names)."""
+def offload_key(key: str, taxonomy: Taxonomy, taxonomy_file: Path) -> str:
+    """A KV-offload option named on the command line: one of the taxonomy's that could be read, and a safe
+    name segment (the key comes from taxonomy.yaml, someone else's file, and ends up in names)."""
+    if key in taxonomy.kv_offload_unreadable:
+        raise InputError(
+            f"this KV-offload option could not be read: {taxonomy.kv_offload_unreadable[key]}",
+            file=taxonomy_file,
+            field=f"kv_offload.{key}",
+        )
+    valid = list(taxonomy.kv_offload)
     if key not in valid:
         hint = None if valid else f"{taxonomy_file} has no kv_offload row (an older recipes tree?)"
         raise InputError("unknown KV-offload option", field="--kv-offload", value=key, valid=valid, hint=hint)
-    if not PATH_COMPONENT.fullmatch(key) or len(key) > 32:
+    if not fits_a_name(key):
         raise InputError(
             "not usable in a deployment's name: lower-case letters and digits, joined by single '.', '_'"
             " or '-', at most 32 characters",
@@ -43,6 +51,11 @@ def offload_key(key: str, valid: list[str], taxonomy_file: Path) -> str:
             value=key,
         )
     return key
+
+
+def fits_a_name(key: str) -> bool:
+    """Whether a KV-offload option's key can be part of a deployment's name (and so be picked)."""
+    return bool(PATH_COMPONENT.fullmatch(key)) and len(key) <= 32
 
 
 def deployment_name(image_slug: str, hardware: str, variant: str, strategy: str) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from pydantic import ValidationError, field_validator, model_validator
+
 from factory.base.models import Count, Open, Port
 from factory.recipes.schema import Companion, Env, Section
 
@@ -157,9 +159,45 @@ class KvOffloadOption(Section):
     docs_url: str | None = None
     companion: Companion | None = None
 
+    @field_validator("requires_opt_in", mode="before")
+    @classmethod
+    def _as_the_site_tests_it(cls, value: Any) -> bool:
+        """The site tests the value as JavaScript does: YAML's unquoted `no` is the text "no", which is true
+        there (the gate then refuses, as the option's author meant it to by default); a list is true too."""
+        return True if isinstance(value, list | dict) else bool(value)
+
+    @field_validator("brands", "strategies", mode="before")
+    @classmethod
+    def _restricts_only_as_a_list(cls, value: Any) -> Any:
+        """The site restricts only by a list (`Array.isArray`): anything else restricts nothing."""
+        return value if isinstance(value, list) else []
+
 
 class Taxonomy(Open):
     hardware_profiles: dict[str, HardwareProfile]
     kv_offload: dict[str, KvOffloadOption] = {}
+    # Options of the KV-offload row that cannot be read, with why: refused when asked for, never a reason to
+    # stop the tree (the row is a pick of the page, in no default rendering).
+    kv_offload_unreadable: dict[str, str] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _set_unreadable_options_aside(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        row = data.get("kv_offload") or {}
+        readable: dict[str, KvOffloadOption] = {}
+        unreadable: dict[str, str] = {}
+        for key, value in row.items() if isinstance(row, dict) else []:
+            try:
+                readable[str(key)] = KvOffloadOption.model_validate(value)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(part) for part in first["loc"])
+                unreadable[str(key)] = f"{where}: {first['msg']}" if where else first["msg"]
+        if not isinstance(row, dict):
+            unreadable["*"] = f"kv_offload is not a mapping of options: {type(row).__name__}"
+        return {**data, "kv_offload": readable, "kv_offload_unreadable": unreadable}
+
     strategies: list[str] = []
     tasks: list[Any] = []

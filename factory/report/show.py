@@ -5,6 +5,8 @@ the factory does not use."""
 
 from __future__ import annotations
 
+import re
+
 from factory.generate.blueprint import Blueprint
 from factory.plan.models import Deployment, ImagePlan, NodeRole
 from factory.plan.settings import setting
@@ -73,16 +75,24 @@ def docker_run(plan: Deployment, role: NodeRole) -> str:
     return "\n".join([*start_note(spec), command])
 
 
-def kv_offload_section(key: str, option: KvOffloadOption) -> list[str]:
-    """What a KV-offload option needs beyond its flags, as the page says it, and what the factory lacks."""
-    out = ["", f"## KV offload: {option.display_name or key}"]
-    out += [option.description] if option.description else []
-    if option.install:
-        out += [f"Needs `{option.install}`: not in the factory's images, so this will not start from them."]
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _printable(text: str) -> str:
+    """The option's own text for a terminal: lines kept, control characters escaped (a terminal acts on an
+    escape sequence, and the taxonomy is someone else's file)."""
+    return _CONTROL.sub(lambda found: ascii(found.group())[1:-1], text)
+
+
+def kv_offload_section(plan: Deployment, option: KvOffloadOption) -> list[str]:
+    """The option as the page describes it (its companion's command too), and what the deployment lacks."""
+    out = ["", f"## KV offload: {option.display_name or plan.kv_offload}"]
+    out += [_printable(option.description)] if option.description else []
+    out += [f"Note: {note}." for note in plan.kv_offload_notes]
     if option.companion is not None and option.companion.command:
-        label = option.companion.label or key
-        out += [f"{label}: {option.companion.description}".rstrip(": "), option.companion.command.rstrip()]
-        out += ["(Not started by the factory's containers: run it beside `vllm serve` on the same node.)"]
+        label = option.companion.label or plan.kv_offload or ""
+        about = _printable(f"{label}: {option.companion.description}".rstrip(": "))
+        out += [about, _printable(option.companion.command.rstrip())]
     return out
 
 
@@ -118,10 +128,11 @@ def render_show(
         out += ["## Compose", "not written by `factory generate` (`--format k8s` prints the manifest)"]
     settings = compose.settings_used(plan)
     if settings:
-        out += ["", f"## Settings ({compose.directory(plan) / '.env.example'})"]
+        where = compose.directory(plan) / ".env.example" if plan.kv_offload is None else "the environment"
+        out += ["", f"## Settings ({where})"]
         out += [f"{name}={setting(name).default or ''}  # {setting(name).why}" for name in settings]
     if plan.kv_offload is not None and offload is not None:
-        out += kv_offload_section(plan.kv_offload, offload)
+        out += kv_offload_section(plan, offload)
     if offered:
         out += ["", "## KV-offload options the recipes site offers here (`--kv-offload OPTION`)", *offered]
     if plan.deviations:
