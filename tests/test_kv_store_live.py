@@ -6,12 +6,15 @@ machine: the catalog's CPU values) and vllm-router with the cache-aware policy, 
 compose file in the order its header says, with the deployment's settings given as environment (the
 addresses; two instances share this host on two loopback addresses), never an edit of a file. A long prompt
 goes through the router; the same prompt then goes to the instance that did not serve it, which must report
-external prefix-cache hits: the KV blocks the first instance computed, read back from the store.
+external prefix-cache hits: the KV blocks the first instance computed, read back from the store. The
+distributed topology runs too, with two instances (the page's pick; its default is one): no store service,
+each instance gives a segment to the pool.
 
 No RDMA here (tcp), no GPU (the CPU backend): what stays unproven is listed in the README."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -19,15 +22,18 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 
 from factory.base.tools import compose_binary
+from factory.generate.blueprint import plan_recipe
 from factory.plan.models import Deployment
 from factory.project import Project
 from factory.render import compose
+from factory.render.outputs import compose_outputs
 from tests.conftest import ROOT, TINY, kv_blueprint
 
 pytestmark = [pytest.mark.docker, pytest.mark.e2e]
@@ -54,12 +60,10 @@ def _settings() -> dict[str, str]:
     }
 
 
-@pytest.fixture
-def started(project: Project, kv_built: Any) -> Iterator[tuple[Deployment, dict[str, str]]]:
-    """The centralized deployment started from its compose files, process by process in its start order;
+@contextlib.contextmanager
+def running(deployment: Deployment, folder: Path) -> Iterator[tuple[Deployment, dict[str, str]]]:
+    """The deployment started from its compose files in `folder`, process by process in its start order;
     every one taken down after, whatever happened."""
-    deployment = kv_blueprint(project).deployment("kv_store_centralized_mooncake")
-    folder = ROOT / compose.directory(deployment)
     settings = _settings()
     env = {**os.environ, **settings}
     files = [compose.file_name(deployment, role) for role in deployment.roles]
@@ -86,6 +90,33 @@ def started(project: Project, kv_built: Any) -> Iterator[tuple[Deployment, dict[
                 [str(compose_binary()), "-f", name, "down", "--timeout", "10"],
                 cwd=folder, env=env, capture_output=True, timeout=300, check=False,
             )  # fmt: skip
+
+
+@pytest.fixture
+def started(project: Project, kv_built: Any) -> Iterator[tuple[Deployment, dict[str, str]]]:
+    """The centralized deployment, from the compose files `factory generate` committed."""
+    deployment = kv_blueprint(project).deployment("kv_store_centralized_mooncake")
+    with running(deployment, ROOT / compose.directory(deployment)) as started:
+        yield started
+
+
+@pytest.fixture
+def distributed_two(
+    project: Project, kv_built: Any, tmp_path: Path
+) -> Iterator[tuple[Deployment, dict[str, str]]]:
+    """The distributed topology with two instances (its default is one; the site's page lets a reader pick
+    two), its files written as `factory generate` writes them, into a folder of the test's own."""
+    plan = plan_recipe(project, project.tree.recipe(TINY), instances=2)
+    blueprint = next(b for b in plan.images if b.kv_store and b.image.hardware == "cpu")
+    deployment = blueprint.deployment("kv_store_distributed_mooncake")
+    assert [role.name for role in deployment.roles] == ["master", "instance-1", "instance-2", "router"]
+    folder = tmp_path / "deployment"
+    for output in compose_outputs(deployment):
+        target = folder / output.path.relative_to(compose.directory(deployment))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(output.content)
+    with running(deployment, folder) as started:
+        yield started
 
 
 def _counter(host: str, name: str) -> float:
@@ -116,7 +147,18 @@ def _complete(url: str) -> dict[str, Any]:
 def test_the_centralized_store_serves_one_instances_kv_blocks_to_the_other(
     started: tuple[Deployment, dict[str, str]],
 ) -> None:
-    _, settings = started
+    one_instance_reads_what_the_other_stored(started[1])
+
+
+def test_two_distributed_instances_read_each_others_kv_blocks_from_the_pool_they_give(
+    distributed_two: tuple[Deployment, dict[str, str]],
+) -> None:
+    """No store service: each instance gives a segment to the pool, and the master places blocks in them."""
+    one_instance_reads_what_the_other_stored(distributed_two[1])
+
+
+def one_instance_reads_what_the_other_stored(settings: dict[str, str]) -> None:
+    """A long prompt through the router, then to the instance that did not serve it: external hits."""
     served_before = {host: _counter(host, "vllm:request_success_total") for host in INSTANCE_ADDRESSES}
     routed = _complete(f"http://{settings['ROUTER_HOST']}:{settings['ROUTER_PORT']}")
     prompt_tokens = routed["usage"]["prompt_tokens"]
