@@ -85,6 +85,12 @@ def running(deployment: Deployment, folder: Path) -> Iterator[tuple[Deployment, 
                 run("-f", files[files.index(name) - 1], "up", "-d", "--wait")
         yield deployment, settings
     finally:
+        for name in up:  # pytest shows what teardown printed when the test failed
+            logs = subprocess.run(
+                [str(compose_binary()), "-f", name, "logs", "--no-color", "--tail", "400"],
+                cwd=folder, env=env, capture_output=True, text=True, timeout=120, check=False,
+            )  # fmt: skip
+            print(f"--- {name}\n{logs.stdout[-8000:]}{logs.stderr[-2000:]}")
         for name in reversed(up):
             subprocess.run(
                 [str(compose_binary()), "-f", name, "down", "--timeout", "10"],

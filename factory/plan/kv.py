@@ -10,7 +10,8 @@ environment when it starts (`factory-fill-config` in the image), so a setting ch
 What differs from the site, and why, is recorded as deviations: where a config is read and written (the site
 leaves MOONCAKE_CONFIG_PATH to the user), the store's local_hostname (the store service refuses a config
 without one), the settings each process's config names in its environment, an instance listening on its
-own address on the host's network (the router calls it there), and the catalog's router rules.
+own address on the host's network (the router calls it there) and naming its Mooncake segment after that
+address (VLLM_HOST_IP), and the catalog's router rules.
 """
 
 from __future__ import annotations
@@ -215,6 +216,8 @@ class _KvPlanner:
                 site_env = {key: env_text(value) for key, value in process.env.items()}
                 env = {**role.env, **self._config_path(site_env, config, env_path)}
                 env |= self.filled_env(config, env_path)
+                if many and rank == 0:
+                    env |= self._own_address(number, env_path)
                 launch = Launch(
                     entrypoint=(FILL, config.template, config.filled, "factory-serve"),
                     configs=(config,),
@@ -223,6 +226,20 @@ class _KvPlanner:
                 )
                 roles.append(role.model_copy(update={"env": env, "launch": launch}))
         return roles
+
+    def _own_address(self, number: int, path: str) -> dict[str, str]:
+        """An instance's Mooncake client names its segment after its host's address (vLLM's get_ip()): two
+        instances on one host named theirs alike, and neither could read the blocks the other held ("Failed
+        to open segment", run here). Each names it after the address it listens on, as VLLM_HOST_IP, which
+        every release since the stores' floor reads for it."""
+        own = f"${instance_setting(number)}"
+        self.record(
+            "VLLM_HOST_IP",
+            "an instance's segment is named after the address it listens on, so that instances sharing a "
+            "host (each on an address of its own) are told apart by the pool",
+            [EnvEdit(process=path, env="VLLM_HOST_IP", before=None, after=own)],
+        )
+        return {"VLLM_HOST_IP": own}
 
     def _config_path(self, env: dict[str, str], config: ConfigMount, path: str) -> dict[str, str]:
         site = env.get("MOONCAKE_CONFIG_PATH")
