@@ -211,13 +211,14 @@ class _KvPlanner:
                 else:
                     path, env_path = f"instance_argvs[{number - 1}][{rank}]", f"instance_envs[{number - 1}]"
                 # On the host's network an instance's API listens on its own address, which the router calls.
-                bind = f"${instance_setting(number)}" if many and rank == 0 else "$BIND_ADDRESS"
+                own = f"${instance_setting(number)}" if many and rank == 0 else None
+                bind = own or "$BIND_ADDRESS"
                 role = self.finisher.role(name, rank, process, pool=pool, bind=bind, path=path)
                 site_env = {key: env_text(value) for key, value in process.env.items()}
                 env = {**role.env, **self._config_path(site_env, config, env_path)}
                 env |= self.filled_env(config, env_path)
-                if many and rank == 0:
-                    env |= self._own_address(number, env_path)
+                if own is not None:
+                    env |= self._segment_name(own, env_path)
                 launch = Launch(
                     entrypoint=(FILL, config.template, config.filled, "factory-serve"),
                     configs=(config,),
@@ -227,12 +228,11 @@ class _KvPlanner:
                 roles.append(role.model_copy(update={"env": env, "launch": launch}))
         return roles
 
-    def _own_address(self, number: int, path: str) -> dict[str, str]:
+    def _segment_name(self, own: str, path: str) -> dict[str, str]:
         """An instance's Mooncake client names its segment after its host's address (vLLM's get_ip()): two
         instances on one host named theirs alike, and neither could read the blocks the other held ("Failed
-        to open segment", run here). Each names it after the address it listens on, as VLLM_HOST_IP, which
-        every release since the stores' floor reads for it."""
-        own = f"${instance_setting(number)}"
+        to open segment", run here). Each names it after the address it listens on, as VLLM_HOST_IP (read by
+        get_ip() in vLLM 0.32.0's store worker; older releases' store workers were not checked)."""
         self.record(
             "VLLM_HOST_IP",
             "an instance's segment is named after the address it listens on, so that instances sharing a "
