@@ -4,10 +4,14 @@ start in a second and work with no index reachable."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import nox
@@ -27,13 +31,25 @@ def factory(session: nox.Session, *args: str) -> None:
     session.run(PY, "-m", "factory", *args)
 
 
+@contextlib.contextmanager
+def ci_part(name: str) -> Iterator[None]:
+    """Time a session as one part of a CI run (.ci/parts.toml; recorded where $FACTORY_CI_TIMES is set)."""
+    start = time.monotonic()
+    try:
+        yield
+    finally:
+        seconds = f"{time.monotonic() - start:.1f}"
+        subprocess.run([PY, str(ROOT / ".ci" / "times.py"), "record", name, seconds], check=False)
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff and strict mypy on the package; hadolint runs inside the tests."""
-    paths = ["factory", "tests", "benchmarks", "noxfile.py", "testbench"]
-    session.run(PY, "-m", "ruff", "check", *paths)
-    session.run(PY, "-m", "ruff", "format", "--check", *paths)
-    session.run(PY, "-m", "mypy")
+    paths = ["factory", "tests", "benchmarks", "noxfile.py", "testbench", ".ci"]
+    with ci_part("lint"):
+        session.run(PY, "-m", "ruff", "check", *paths)
+        session.run(PY, "-m", "ruff", "format", "--check", *paths)
+        session.run(PY, "-m", "mypy")
 
 
 @nox.session
@@ -45,13 +61,14 @@ def generate(session: nox.Session) -> None:
 @nox.session(name="check-generated")
 def check_generated(session: nox.Session) -> None:
     """Fail when the committed images/ and compose/ are stale, or a recipe has a key the site would ignore."""
-    factory(session, "generate", "--check", "--strict")
+    with ci_part("generated"):
+        factory(session, "generate", "--check", "--strict")
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
     """The whole test suite, Docker and the CPU end-to-end included (testbench/up first)."""
-    session.run(PY, "-m", "pytest", *(session.posargs or ["-ra", "--durations=40"]))
+    session.run(PY, "-m", "pytest", *(session.posargs or ["-ra", "--durations=25"]))
 
 
 @nox.session(default=False)
@@ -67,7 +84,8 @@ def publish(session: nox.Session) -> None:
 @nox.session(name="check-args")
 def check_args(session: nox.Session) -> None:
     """Parse every image's serve commands with its vLLM release, in an image built here."""
-    factory(session, "check-args")
+    with ci_part("check-args"):
+        factory(session, "check-args")
 
 
 @nox.session(default=False)

@@ -276,3 +276,9 @@ def untag(docker_client: docker.DockerClient) -> Iterator[list[str]]:
     for reference in references:
         with contextlib.suppress(ImageNotFound):
             docker_client.images.remove(reference, noprune=True)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from tests.ci_parts import PartTimes
+
+    config.pluginmanager.register(PartTimes(), "ci-part-times")

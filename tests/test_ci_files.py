@@ -42,7 +42,7 @@ def test_pull_requests_run_the_readme_test_command() -> None:
     readme = (ROOT / "README.md").read_text()
     section = readme.split("# Run the tests", 1)[1]
     command = section.split("\n", 2)[1].strip()
-    assert command.startswith("testbench/up &&"), command
+    assert command.startswith("testbench/up --tests &&"), command
     ci_run = (ROOT / ".ci" / "run").read_text()
     assert ci_run.rstrip().splitlines()[-1] == command
     workflow = yaml.safe_load(PULL_REQUESTS.read_text())
@@ -114,3 +114,21 @@ def test_bake_file_builds_grace_trays_for_arm64_and_the_rest_for_amd64() -> None
         arm = "-gb200-" in context or "-gb300-" in context
         assert target["platforms"] == ('["linux/arm64"]' if arm else '["linux/amd64"]'), context
         assert context.split("/")[-1] in target["tags"]
+
+
+def test_every_test_module_counts_to_one_ci_part() -> None:
+    """.ci/run prints each part's time against its budget: a test module listed in no part, or in two,
+    would hide its cost (.ci/parts.toml)."""
+    import tomllib
+
+    parts = tomllib.loads((ROOT / ".ci" / "parts.toml").read_text())["part"]
+    listed = [module for part in parts for module in part.get("modules", [])]
+    modules = sorted(path.name for path in (ROOT / "tests").glob("test_*.py"))
+    assert sorted(set(listed)) == sorted(listed), "a module listed in two parts"
+    assert sorted(listed) == modules, {
+        "not in any part": sorted(set(modules) - set(listed)),
+        "listed but missing": sorted(set(listed) - set(modules)),
+    }
+    limits = tomllib.loads((ROOT / ".ci" / "parts.toml").read_text())["limits"]
+    for kind in ("warm", "cold"):
+        assert sum(part[kind] for part in parts) <= limits[kind], f"the {kind} budgets exceed the limit"
