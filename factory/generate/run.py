@@ -9,24 +9,22 @@ files are still on disk as they were written.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from json.encoder import encode_basestring_ascii
 from pathlib import Path, PurePosixPath
 
 from factory.base.errors import FactoryError
-from factory.generate.blueprint import RecipePlan, plan_recipe
 from factory.generate.memory import (
     Remembered,
-    digest_of,
     intact,
     read_memory,
     recipe_inputs,
     shared_inputs,
-    stamped,
     write_memory,
 )
-from factory.generate.writer import OutputWriter, remove_extra, stale_outputs
+from factory.generate.workers import plan_all
+from factory.generate.writer import differences, on_disk, write_outputs
 from factory.lockfile.published import read_record, record_file
 from factory.lockfile.store import inputs_digest
 from factory.project import Project
@@ -85,39 +83,34 @@ class RecipeOutput:
 
 
 def generate(project: Project, check: bool = False, nodes: int | None = None) -> Generated:
-    """Plan what changed, then write it (or, with `check`, compare everything with what is on disk). Each
-    recipe's files are handed to the writer's thread as soon as it is planned."""
+    """Plan what changed, on every core, writing each recipe's files as it is planned (or, with `check`,
+    comparing everything with what is on disk); then the files every recipe shares."""
     memory = read_memory(project.out)
+    planning = _plan(project, nodes, memory, check)
+    shared_files, expected, kept = _shared_files(project, planning)
     if check:
-        fresh: list[OutputFile] = []
-        planning = _plan(project, nodes, memory, fresh.extend)
-        shared_files, expected, kept = _shared_files(project, planning)
-        stale = lock_problems(project) + stale_outputs(project.out, [*fresh, *shared_files], expected)
-        return planning.result(len(expected) - len(kept), stale, kept, check=True)
-    with OutputWriter(project.out) as writer:
-        planning = _plan(project, nodes, memory, writer.put)
-        shared_files, expected, kept = _shared_files(project, planning)
-        writer.put(shared_files)
-    remove_extra(project.out, expected)
-    entries = planning.entries
-    if planning.planned or planning.restamped or set(entries) != set(memory):
-        entries = {  # the stamps of what was just written, for the next run to trust
-            recipe_id: stamped(project.out, entry) if recipe_id in planning.planned else entry
-            for recipe_id, entry in entries.items()
-        }
-        write_memory(project.out, entries)
-    return planning.result(len(expected) - len(kept), [], kept, written=writer.written)
+        stale = planning.stale + list(differences(project.out, shared_files))
+        extra = [f"not generated any more: {path}" for path in on_disk(project.out) if path not in expected]
+        stale_lines = lock_problems(project) + [line for _, line in sorted(stale)] + extra
+        return planning.result(len(expected) - len(kept), stale_lines, kept, check=True)
+    written = write_outputs(project.out, shared_files, keep=expected)
+    if planning.planned or planning.restamped or set(planning.entries) != set(memory):
+        write_memory(project.out, planning.entries)  # with the stamps of what was just written
+    return planning.result(len(expected) - len(kept), [], kept, written=planning.written + written)
 
 
 @dataclass
 class Planning:
     """What the pass over the recipes found: each recipe's entry (planned now or remembered), the problems,
-    which recipes were planned, and whether a remembered recipe's stamps changed."""
+    which recipes were planned, whether a remembered recipe's stamps changed, what the planned recipes'
+    files cost (written) or how they differ (--check)."""
 
     entries: dict[str, Remembered] = field(default_factory=dict)
     problems: list[RecipeProblem] = field(default_factory=list)
     planned: set[str] = field(default_factory=set)
     restamped: bool = False
+    written: int = 0
+    stale: list[tuple[str, str]] = field(default_factory=list)
 
     def result(
         self, files: int, stale: list[str], kept: list[str], check: bool = False, written: int = 0
@@ -125,33 +118,35 @@ class Planning:
         return Generated(self.entries, self.problems, files, stale, check, written, len(self.planned), kept)
 
 
-def _plan(
-    project: Project,
-    nodes: int | None,
-    memory: dict[str, Remembered],
-    hand_over: Callable[[list[OutputFile]], None],
-) -> Planning:
-    """Plan every recipe whose inputs or files changed, handing its files over as soon as it is planned;
-    remember the others."""
+def _plan(project: Project, nodes: int | None, memory: dict[str, Remembered], check: bool) -> Planning:
+    """Plan every recipe whose inputs or files changed (factory.generate.workers); remember the others."""
     shared = shared_inputs(project, nodes)
     planning = Planning(problems=list(project.tree.problems))
+    remembered: dict[str, Remembered] = {}
+    todo: dict[str, str] = {}
     for recipe_id, loaded in project.tree.recipes.items():
         key = recipe_inputs(project, loaded, shared)
         known = memory.get(recipe_id)
         found = intact(project.out, known) if known is not None and known.inputs == key else None
         if found is not None:
-            planning.entries[recipe_id] = found
+            remembered[recipe_id] = found
             planning.restamped |= found is not known
+        else:
+            todo[recipe_id] = key
+    outcomes = {outcome.recipe_id: outcome for outcome in plan_all(project, nodes, check, todo)}
+    for recipe_id, loaded in project.tree.recipes.items():  # in the tree's order, whoever planned what
+        if recipe_id in remembered:
+            planning.entries[recipe_id] = remembered[recipe_id]
             continue
-        try:
-            plan = plan_recipe(project, loaded, nodes)
-        except FactoryError as exc:
-            planning.problems.append(RecipeProblem(loaded.path, recipe_id, exc))
+        outcome = outcomes[recipe_id]
+        if outcome.entry is None:
+            problem = FactoryError(outcome.problem or "could not be planned")
+            planning.problems.append(RecipeProblem(loaded.path, recipe_id, problem))
             continue
-        files = [file for blueprint in plan.images for file in blueprint.files]
-        hand_over(files)
         planning.planned.add(recipe_id)
-        planning.entries[recipe_id] = remember(plan, key, files)
+        planning.entries[recipe_id] = outcome.entry
+        planning.written += outcome.written
+        planning.stale += outcome.stale
     return planning
 
 
@@ -196,22 +191,6 @@ def lock_problems(project: Project) -> list[str]:
             f"stale: {project.lock_path} was made from other recipes or another catalog (run `factory lock`)"
         ]
     return []
-
-
-def remember(plan: RecipePlan, inputs: str, files: list[OutputFile]) -> Remembered:
-    findings: dict[str, list[str]] = {}
-    for blueprint in plan.images:
-        for finding in blueprint.findings:
-            findings.setdefault(str(finding), []).append(f"{blueprint.image.slug}:{blueprint.image.tag}")
-    return Remembered(
-        inputs=inputs,
-        files={file.path.as_posix(): (digest_of(file.chunks()), file.executable) for file in files},
-        bake=[BakeTarget.of(bp.image) for bp in plan.images if bp.image.install is not None],
-        images=len(plan.images),
-        deployments=sum(len(blueprint.deployments) for blueprint in plan.images),
-        skipped=[f"{skipped.what}: {skipped.reason}" for skipped in plan.skipped],
-        findings=findings,
-    )
 
 
 def read_manifest(out: Path) -> dict[str, RecipeOutput]:

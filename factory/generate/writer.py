@@ -18,7 +18,7 @@ import os
 import queue
 import stat
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
 from types import TracebackType
 
@@ -240,12 +240,9 @@ def on_disk(out: Path) -> list[str]:
     return sorted(found)
 
 
-def stale_outputs(out: Path, files: list[OutputFile], keep: Iterable[str] = ()) -> list[str]:
-    """What differs between the generated files and the folder: changed, missing and extra paths."""
-    problems = []
-    for file in sorted(files, key=lambda f: f.path):
+def differences(out: Path, files: Iterable[OutputFile]) -> Iterator[tuple[str, str]]:
+    """(path, what differs) for each generated file the folder does not hold as generated."""
+    for file in files:
         found = difference(out / file.path, file)
         if found is not None:
-            problems.append(f"{found}: {file.path}")
-    expected = {file.path.as_posix() for file in files} | set(keep)
-    return problems + [f"not generated any more: {path}" for path in on_disk(out) if path not in expected]
+            yield file.path.as_posix(), f"{found}: {file.path}"
