@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import hashlib
 import os
 import shutil
 import subprocess
@@ -166,15 +167,67 @@ def needs_path(name: str) -> Path:
     pytest.skip(message)
 
 
+# Where a run keeps what the next run may reuse (the test bench's state, outside the clone).
+STATE = Path(os.environ.get("FACTORY_TESTBENCH_STATE", "/var/lib/factory-testbench"))
+
+
+def _corpus_lock_key(upstream: Path) -> str:
+    """What a corpus lock depends on: the corpus, the catalog, the locker's code, uv's pin and this machine's
+    build settings. A change to any of them locks afresh (asking the package index)."""
+    digest = hashlib.sha256()
+    paths = sorted(p for p in upstream.rglob("*") if p.is_file())
+    paths += sorted(p for p in (ROOT / "catalog").rglob("*") if p.is_file())
+    for package in ("lock", "lockfile"):
+        paths += sorted((ROOT / "factory" / package).rglob("*.py"))
+    paths += [ROOT / "pyproject.toml", ROOT / ".factory.local.toml"]
+    for path in paths:
+        if path.is_file():
+            digest.update(str(path).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 @pytest.fixture(scope="session")
 def upstream_lock(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The lock folder of the whole upstream corpus. A corpus lock asks the package index for every
-    recipe (about 6 minutes here): it is made once per run, by the first test that needs it."""
+    """The lock folder of the whole upstream corpus. A corpus lock asks the package index for every recipe
+    (3 to 6 minutes here): it is made once per run, by the first test that needs it, and kept outside the
+    clone under a key of everything it depends on (_corpus_lock_key), so that the next run with the same
+    inputs starts from it: `factory lock` then finds every set locked and asks nothing."""
     upstream = needs_path("FACTORY_UPSTREAM_RECIPES")
     out = tmp_path_factory.mktemp("corpus-lock")
+    kept = STATE / "corpus-lock" / _corpus_lock_key(upstream)
+    if (kept / ".complete").exists():
+        shutil.copytree(kept / "lock", out / "lock")
     result = run_factory(ROOT, "lock", "--recipes", str(upstream), "--out", str(out))
     assert result.returncode == 0, result.stderr[-2000:]
+    if not (kept / ".complete").exists():
+        with contextlib.suppress(OSError):  # a cache: the run goes on without it
+            shutil.rmtree(kept, ignore_errors=True)
+            shutil.copytree(out / "lock", kept / "lock")
+            (kept / ".complete").touch()
     return out / "lock"
+
+
+@pytest.fixture(scope="session")
+def upstream_renderings() -> list[str]:
+    """`factory renderings --json` over the whole upstream corpus (no lock), run once for every test that
+    reads it: one JSON line per rendering."""
+    upstream = needs_path("FACTORY_UPSTREAM_RECIPES")
+    result = run_factory(ROOT, "renderings", "--recipes", str(upstream), "--json")
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout.splitlines()
+
+
+@pytest.fixture(scope="session")
+def upstream_generated(upstream_lock: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An output folder holding the corpus's lock and `factory generate` of the corpus with it, made once;
+    tests read it and never write into it."""
+    upstream = needs_path("FACTORY_UPSTREAM_RECIPES")
+    out = tmp_path_factory.mktemp("corpus")
+    shutil.copytree(upstream_lock, out / "lock")
+    result = run_factory(ROOT, "generate", "--recipes", str(upstream), "--out", str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    (out / "generate.stdout").write_text(result.stdout)
+    return out
 
 
 def tree_snapshot(root: Path) -> dict[str, bytes]:

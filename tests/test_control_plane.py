@@ -28,7 +28,7 @@ from tests.cluster import (
     version,
     wait_reconciled,
 )
-from tests.conftest import KIMI, ROOT, kubectl, missing_tool, run_factory
+from tests.conftest import KIMI, ROOT, kubectl, missing_tool
 from tests.manifest_records import on_disk, recording
 from tests.test_kubernetes import _deployments as every_deployment
 
@@ -199,15 +199,11 @@ def _sample(k8s: Path) -> dict[str, Path]:
 
 
 def test_a_sample_of_the_upstream_corpus_reconciles(
-    plane: ControlPlane, upstream_lock: Path, tmp_path: Path
+    plane: ControlPlane, upstream_generated: Path, tmp_path: Path
 ) -> None:
     """The shared corpus's recipes, generated with the run's corpus lock: one kustomization of each
     strategy and layout applied as `kubectl apply -k --server-side`, every group reconciled."""
-    out = tmp_path / "corpus"
-    shutil.copytree(upstream_lock, out / "lock")
-    upstream = os.environ["FACTORY_UPSTREAM_RECIPES"]  # set: upstream_lock needs it
-    result = run_factory(ROOT, "generate", "--recipes", upstream, "--out", str(out))
-    assert result.returncode == 0, result.stderr[-2000:]
+    out = upstream_generated
     sample = _sample(out / "k8s")
     applied = [
         (_kustomized(folder), not folder.relative_to(out / "k8s").parts[1].startswith("cpu-"))

@@ -46,6 +46,11 @@ def renderings(tree: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in result.stdout.splitlines()]
 
 
+@pytest.fixture(scope="module")
+def upstream_lines(upstream_renderings: list[str]) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in upstream_renderings]
+
+
 def run_site(tree: Path, out: Path) -> Path:
     build_api = needs_path("FACTORY_RECIPES_ORACLE")
     result = subprocess.run(
@@ -56,10 +61,10 @@ def run_site(tree: Path, out: Path) -> Path:
 
 
 def test_every_upstream_rendering_matches_the_site_exactly_or_by_its_recorded_edits(
-    upstream: Path, oracle: Path
+    oracle: Path, upstream_lines: list[dict[str, Any]]
 ) -> None:
     site = oracle_renderings(oracle)
-    comparison = compare(site, renderings(upstream))
+    comparison = compare(site, upstream_lines)
     print(comparison.table())
     assert comparison.counts["missing"] == 0, comparison.table()
     assert comparison.rate >= FLOOR, comparison.table()
@@ -70,16 +75,8 @@ def test_every_upstream_rendering_matches_the_site_exactly_or_by_its_recorded_ed
     assert comparison.uncompared, "what either side renders without a counterpart is counted with why"
 
 
-@pytest.fixture(scope="module")
-def locked(upstream_lock: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An output folder of its own holding the run's corpus lock."""
-    out = tmp_path_factory.mktemp("corpus")
-    shutil.copytree(upstream_lock, out / "lock")
-    return out
-
-
-def test_the_whole_corpus_locks_generates_and_checks_clean(upstream: Path, locked: Path) -> None:
-    out = locked
+def test_the_whole_corpus_locks_generates_and_checks_clean(upstream: Path, upstream_generated: Path) -> None:
+    out = upstream_generated  # the run's corpus lock, and `factory generate` of the corpus with it
     lock = json.loads((out / "lock" / "vllm.lock.json").read_text())
     chosen = [r for v in lock["releases"].values() for i in v.values() for r in i.values()]
     for record in chosen:
@@ -98,10 +95,9 @@ def test_the_whole_corpus_locks_generates_and_checks_clean(upstream: Path, locke
             for name, record in chosen_installs.items():
                 if name in packages and (packages[name], record.get("vllm")) in broken:
                     assert record["constraint"].startswith("=="), record
-    result = run_factory(ROOT, "generate", "--recipes", str(upstream), "--out", str(out))
-    assert result.returncode == 0, result.stderr[-2000:]
-    said = re.search(r"(\d+) images, \d+ deployments, (\d+) files", result.stdout)
-    assert said, result.stdout[-2000:]
+    generated = (out / "generate.stdout").read_text()
+    said = re.search(r"(\d+) images, \d+ deployments, (\d+) files", generated)
+    assert said, generated[-2000:]
     files = [p for p in (out / "images").rglob("*") if p.is_file()]
     files += [p for p in (out / "compose").rglob("*") if p.is_file()]
     files += [p for p in (out / "k8s").rglob("*") if p.is_file()]
@@ -123,7 +119,9 @@ def test_the_whole_corpus_locks_generates_and_checks_clean(upstream: Path, locke
     assert str(upstream.resolve()) not in (out / "images" / "docker-bake.hcl").read_text(), "no machine paths"
 
 
-def test_one_broken_recipe_is_reported_and_the_others_still_render(upstream: Path, tmp_path: Path) -> None:
+def test_one_broken_recipe_is_reported_and_the_others_still_render(
+    upstream: Path, tmp_path: Path, upstream_lines: list[dict[str, Any]]
+) -> None:
     tree = tmp_path / "tree"
     shutil.copytree(upstream, tree)
     victim = sorted((tree / "models").glob("*/*.yaml"))[0]
@@ -137,10 +135,7 @@ def test_one_broken_recipe_is_reported_and_the_others_still_render(upstream: Pat
     victim_id = f"{victim.parent.name}/{victim.stem}"
     assert len(bad) == 1 and bad[0]["recipe"] == victim_id
     # Every other recipe renders exactly as it does in the unbroken tree: the bad one takes only itself.
-    whole = [
-        json.loads(line)
-        for line in run_factory(ROOT, "renderings", "--recipes", str(upstream), "--json").stdout.splitlines()
-    ]
+    whole = upstream_lines  # the unbroken tree's renderings
     assert [line for line in lines if line.get("recipe") != victim_id] == [
         line for line in whole if line.get("recipe") != victim_id
     ]

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import copy
 import json
+import multiprocessing
 import os
 import re
 import shutil
 import subprocess
+from collections import Counter
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -474,11 +477,19 @@ def _pod_of(
     return templates["leader" if role.rank == 0 else "worker"], injected
 
 
-def parity_problems(deployment: Deployment, launcher: Path) -> list[str]:
+# libyaml's safe loader: the corpus test reads back some 30,000 YAML documents, which PyYAML's pure-Python
+# loader took two thirds of the test's time to parse.
+FAST_LOADER = yaml.CSafeLoader
+
+
+def parity_problems(
+    deployment: Deployment, launcher: Path, documents: list[dict[str, Any]] | None = None
+) -> list[str]:
     """Every process of the deployment: the pod's argv and environment against its compose file's, each
     setting given its pod value from the one table (kubernetes.SETTING_VALUES; for a PD process,
-    kubernetes.table_of, which adds its pool addresses)."""
-    documents = kubernetes.objects(deployment)
+    kubernetes.table_of, which adds its pool addresses). `documents`: the deployment's objects, when the
+    caller has them."""
+    documents = kubernetes.objects(deployment) if documents is None else documents
     config = {doc["metadata"]["name"]: doc["data"] for doc in documents if doc["kind"] == "ConfigMap"}
     secrets = {s.env for group in deployment.run for s in group.spec.secrets}
     problems: list[str] = []
@@ -489,7 +500,7 @@ def parity_problems(deployment: Deployment, launcher: Path) -> list[str]:
         group = next(g for g in deployment.run if role.name in g.names)
         table = kubernetes.table_of(deployment, group, role.rank)
         values = {setting: checks.expand(pod.text, env.get) for setting, pod in table.values.items()}
-        services = yaml.safe_load(compose.render(deployment, role))["services"]
+        services = yaml.load(compose.render(deployment, role), Loader=FAST_LOADER)["services"]
         (service,) = services.values()
         # a program of the spec's own (a Mooncake process; a config filled first) is compose's entrypoint
         words = [*service.get("entrypoint", []), *service["command"]]
@@ -753,9 +764,56 @@ def test_show_prints_a_pd_deployment_as_manifests(pd: Deployment) -> None:
 # --- the shared corpus ------------------------------------------------------------------------------------
 
 
+@dataclass
+class CorpusFindings:
+    """What the corpus test finds over some of the corpus's recipes (one worker's share)."""
+
+    problems: list[str] = field(default_factory=list)
+    counts: Counter[str] = field(default_factory=Counter)
+    generated: dict[str, str] = field(default_factory=dict)  # what the record cites: generated folders
+
+
+_CORPUS: tuple[Project, Path] | None = None  # what a forked worker of the corpus test inherits
+
+
+def _check_recipe(recipe_id: str) -> CorpusFindings:
+    """Every deployment of one corpus recipe: its manifests against compose (parity), the API schemas, LWS's
+    CRD, webhook and group rules, its addresses; each deployment's objects computed once."""
+    assert _CORPUS is not None
+    corpus, launcher = _CORPUS
+    found = CorpusFindings()
+    for blueprint in plan_recipe(corpus, corpus.tree.recipes[recipe_id]).images:
+        for deployment in blueprint.deployments:
+            if not kubernetes.deployable(deployment):
+                found.counts["skipped"] += 1
+                continue
+            found.generated |= as_generated(kubernetes_outputs(deployment))
+            found.counts[deployment.deploy_type] += 1
+            sizes = kubernetes.pool_sizes(deployment).values()  # a P/D pool's nodes, a KV instance's
+            kind = "instances" if deployment.deploy_type == "kv_store_lb" else "pools"
+            found.counts[f"multi_node_{kind}"] += any(v > 1 for v in sizes)
+            documents = kubernetes.objects(deployment)
+            found.problems += parity_problems(deployment, launcher, documents)
+            found.problems += checks.address_problems(documents)
+            read_back = yaml.load_all(kubernetes.render(deployment), Loader=FAST_LOADER)
+            if [d for d in read_back if d] != documents:
+                found.problems.append(
+                    f"{deployment.image.reference} {deployment.strategy}: the YAML reads back otherwise"
+                )
+            for doc in documents:
+                if doc["kind"] == "LeaderWorkerSet":
+                    found.counts["lws"] += 1
+                    found.problems += checks.schema_problems(doc, kubernetes.MIN_LWS)
+                    found.problems += checks.webhook_problems(doc) + checks.group_problems(doc)
+                found.problems += checks.core_problems(doc, checks.KUBERNETES_VERSIONS[-1])
+                found.problems += checks.lws_variables_set(doc)
+    return found
+
+
 def test_every_upstream_deployment_validates_and_runs_its_compose_command(
     launcher: Path, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
+    global _CORPUS
     upstream = os.environ.get("FACTORY_UPSTREAM_RECIPES")
     if not upstream or not Path(upstream).exists():
         if os.environ.get("FACTORY_REQUIRE_UPSTREAM"):
@@ -763,48 +821,25 @@ def test_every_upstream_deployment_validates_and_runs_its_compose_command(
         pytest.skip("FACTORY_UPSTREAM_RECIPES is not set: the upstream corpus is not here")
     # the project's lock beside the corpus: its router lock gives the PD router's pods their image
     corpus = load_project(ROOT, Path(upstream), tmp_path, lock=ROOT / "recipes" / "lock" / "vllm.lock.json")
-    problems: list[str] = []
-    counts = {
-        "single_node": 0,
-        "multi_node": 0,
-        "pd_cluster": 0,
-        "kv_store_lb": 0,
-        "multi_node_pools": 0,
-        "multi_node_instances": 0,
-        "skipped": 0,
-        "lws": 0,
-    }
-    generated: dict[str, str] = {}  # what the record cites: the folders generate writes with this lock
-    for deployment in _deployments(corpus):
-        if not kubernetes.deployable(deployment):
-            counts["skipped"] += 1
-            continue
-        generated |= as_generated(kubernetes_outputs(deployment))
-        counts[deployment.deploy_type] += 1
-        sizes = kubernetes.pool_sizes(deployment).values()  # a P/D pool's nodes, a KV instance's
-        kind = "instances" if deployment.deploy_type == "kv_store_lb" else "pools"
-        counts[f"multi_node_{kind}"] += any(v > 1 for v in sizes)
-        problems += parity_problems(deployment, launcher)
-        problems += checks.address_problems(kubernetes.objects(deployment))
-        text = kubernetes.render(deployment)
-        if [d for d in yaml.safe_load_all(text) if d] != kubernetes.objects(deployment):
-            problems.append(
-                f"{deployment.image.reference} {deployment.strategy}: the YAML reads back otherwise"
-            )
-        for doc in kubernetes.objects(deployment):
-            if doc["kind"] == "LeaderWorkerSet":
-                counts["lws"] += 1
-                problems += checks.schema_problems(doc, kubernetes.MIN_LWS) + checks.webhook_problems(doc)
-                problems += checks.group_problems(doc)
-            problems += checks.core_problems(doc, checks.KUBERNETES_VERSIONS[-1])
-            problems += checks.lws_variables_set(doc)
-    print(counts)
+    # Recipes are independent: checked on every core by forked workers (they inherit the corpus).
+    _CORPUS = (corpus, launcher)
+    total = CorpusFindings()
+    try:
+        with multiprocessing.get_context("fork").Pool(len(os.sched_getaffinity(0))) as pool:
+            for found in pool.imap_unordered(_check_recipe, list(corpus.tree.recipes), chunksize=1):
+                total.problems += found.problems
+                total.counts.update(found.counts)
+                total.generated |= found.generated
+    finally:
+        _CORPUS = None
+    counts = total.counts
+    print(dict(counts))
     check = (
         f"LWS {kubernetes.MIN_LWS} CRD strict, webhook and group rules; Kubernetes"
         f" {checks.KUBERNETES_VERSIONS[-1]} strict; {PARITY}; P/D and KV processes on their pod addresses"
     )
-    with recording(request.node.nodeid, check, generated, tree=upstream):
-        assert problems == [], problems[:5]
+    with recording(request.node.nodeid, check, total.generated, tree=upstream):
+        assert total.problems == [], total.problems[:5]
         assert counts["multi_node"] > 1000 and counts["single_node"] > 1000
         assert counts["pd_cluster"] > 400 and counts["multi_node_pools"] > 50 and counts["skipped"] == 0
         assert counts["kv_store_lb"] > 3000 and counts["multi_node_instances"] > 100

@@ -32,7 +32,7 @@ from factory.recipes.loader import load_tree
 from factory.render import compose
 from factory.router.image import router_files, router_health, router_image
 from factory.router.lock import lock_path, read_router_lock
-from tests.conftest import FIXTURES, ROOT, TINY, kv_blueprint, run_factory
+from tests.conftest import FIXTURES, TINY, kv_blueprint
 
 ROUTER_LABEL = {OWNER_LABEL: "test-router"}
 
@@ -405,7 +405,10 @@ def _parsed(image: str, docker_client: docker.DockerClient, argvs: list[list[str
 
 
 def test_vllm_router_parses_every_router_command_the_factory_renders(
-    project: Project, router_built: BuildResult, docker_client: docker.DockerClient
+    project: Project,
+    router_built: BuildResult,
+    docker_client: docker.DockerClient,
+    request: pytest.FixtureRequest,
 ) -> None:
     """Every distinct router command the factory renders (prefill/decode and KV-store routers: the project's,
     the fixture's, and the shared corpus's where it is here) is accepted by the locked vllm-router's own
@@ -416,10 +419,8 @@ def test_vllm_router_parses_every_router_command_the_factory_renders(
     commands = {tuple(role.argv) for role in pd_deployment(project).roles if role.program == "vllm-router"}
     kv = kv_blueprint(project).deployment("kv_store_centralized_mooncake")
     commands |= {tuple(role.argv) for role in kv.roles if role.program == "vllm-router"}
-    tree = os.environ.get("FACTORY_UPSTREAM_RECIPES")
-    if tree:
-        result = run_factory(ROOT, "renderings", "--recipes", tree, "--json")
-        for line in result.stdout.splitlines():
+    if os.environ.get("FACTORY_UPSTREAM_RECIPES"):
+        for line in request.getfixturevalue("upstream_renderings"):
             data = json.loads(line)
             if data.get("deploy_type") == "pd_cluster":
                 commands.add(tuple(data["roles"]["router"]["argv"]))
