@@ -20,7 +20,9 @@ from factory.generate.blueprint import plan_recipe
 from factory.project import load_project
 
 nox.options.default_venv_backend = "none"
-nox.options.sessions = ["lint", "check-generated", "tests", "check-args"]
+# check-args is not in the default set: tests/test_cuda_image.py runs the same `factory check-args` over the
+# project, with stricter assertions, in the images the tests built.
+nox.options.sessions = ["lint", "check-generated", "tests"]
 
 ROOT = Path(__file__).parent
 PY = sys.executable
@@ -81,11 +83,10 @@ def publish(session: nox.Session) -> None:
     factory(session, "publish", *session.posargs)
 
 
-@nox.session(name="check-args")
+@nox.session(name="check-args", default=False)
 def check_args(session: nox.Session) -> None:
     """Parse every image's serve commands with its vLLM release, in an image built here."""
-    with ci_part("check-args"):
-        factory(session, "check-args")
+    factory(session, "check-args")
 
 
 @nox.session(default=False)

@@ -312,13 +312,43 @@ def omni_built(project: Project, docker_client: docker.DockerClient):  # type: i
     return build_image(ROOT, blueprint_of(project, SD35, "h100"), load_settings(ROOT))
 
 
-@pytest.fixture(scope="session")
-def tiny_validation(project: Project, tiny_built, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    """The built-in default validated for real once per run; its records folder is what publish reads."""
-    from factory.validate.runner import validate_image
+# The README's main job, as a user types it after testbench/up: build the built-in default, then validate it.
+MAIN_JOB = ".venv/bin/nox -s build-cpu"
 
+
+@pytest.fixture(scope="session")
+def main_job(tiny_built: Any) -> subprocess.CompletedProcess[str]:
+    """The README's main job, run once per session as written (its own build finds the image built): its
+    validation is the run's one real validation of the built-in default (reports/ in the project, as a
+    user's run leaves it), which the tests that need a validated image read (tiny_validation)."""
+    venv_bin = Path(sys.executable).parent
+    result = subprocess.run(
+        ["bash", "-c", MAIN_JOB.replace(".venv/bin/", f"{venv_bin}/")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=1800,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+@pytest.fixture(scope="session")
+def tiny_validation(project: Project, tiny_built, main_job, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """The built-in default validated for real once per run (by the main job): its report, and a records
+    folder of this run's own (its report and the validation record), which is what publish reads."""
+    from factory.validate.report import read_json, record_path
+
+    image = blueprint_of(project, TINY, "cpu").image
+    stem = f"validate-{image.slug}-{image.tag}"
     reports = tmp_path_factory.mktemp("reports")
-    return validate_image(blueprint_of(project, TINY, "cpu"), reports), reports
+    for suffix in (".json", ".xml"):
+        shutil.copy(ROOT / "reports" / f"{stem}{suffix}", reports / f"{stem}{suffix}")
+    record = record_path(ROOT / "reports" / "validated", tiny_built.image_id)
+    (reports / "validated").mkdir()
+    shutil.copy(record, reports / "validated" / record.name)
+    return read_json(reports / f"{stem}.json"), reports
 
 
 @pytest.fixture

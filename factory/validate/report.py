@@ -65,6 +65,15 @@ def write_json(report: ValidationReport, path: Path) -> None:
     write_text_atomic(path, json.dumps(data, indent=2) + "\n")
 
 
+def read_json(path: Path) -> ValidationReport:
+    """A report as write_json wrote it (the derived `passed` and `fully_validated` are recomputed)."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data.pop("passed", None)
+    data.pop("fully_validated", None)
+    data["cases"] = [Case(**case) for case in data["cases"]]
+    return ValidationReport(**data)
+
+
 def write_junit(report: ValidationReport, path: Path) -> None:
     suite = ET.Element(
         "testsuite",
