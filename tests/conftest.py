@@ -312,6 +312,18 @@ def omni_built(project: Project, docker_client: docker.DockerClient):  # type: i
     return build_image(ROOT, blueprint_of(project, SD35, "h100"), load_settings(ROOT))
 
 
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One real control plane per run (testbench/control-plane: etcd, the API server, controllers, LWS,
+    kwok), shared by every module that applies objects; each module works in namespaces of its own."""
+    from tests.cluster import running_control_plane
+
+    if len(list((STATE / "bin").glob("*/.complete"))) < 3 and shutil.which("go") is None:
+        missing_tool("go", "Go 1.26; testbench/up --tests then builds the control plane from testbench/go/")
+    with running_control_plane(tmp_path_factory.mktemp("control-plane")) as started:
+        yield started
+
+
 # The README's main job, as a user types it after testbench/up: build the built-in default, then validate it.
 MAIN_JOB = ".venv/bin/nox -s build-cpu"
 

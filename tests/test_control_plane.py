@@ -7,7 +7,6 @@ container starts (the README, "On a cluster", lists what stays unproven)."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -24,23 +23,18 @@ from tests.cluster import (
     generations,
     nodes_wanted,
     pods_wanted,
-    running_control_plane,
     version,
     wait_reconciled,
 )
-from tests.conftest import KIMI, ROOT, kubectl, missing_tool
+from tests.conftest import KIMI, ROOT, kubectl
 from tests.manifest_records import on_disk, recording
 from tests.test_kubernetes import _deployments as every_deployment
 
-STATE = Path(os.environ.get("FACTORY_TESTBENCH_STATE", "/var/lib/factory-testbench"))
-
 
 @pytest.fixture(scope="module")
-def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    if len(list((STATE / "bin").glob("*/.complete"))) < 3 and shutil.which("go") is None:
-        missing_tool("go", "Go 1.26; testbench/up then builds the control plane from testbench/go/")
-    with running_control_plane(tmp_path_factory.mktemp("control-plane")) as started:
-        yield started
+def plane(control_plane: ControlPlane) -> ControlPlane:
+    """The run's one control plane (conftest.control_plane); this module's namespaces are its own."""
+    return control_plane
 
 
 def _deployments(project: Project) -> list[Deployment]:
