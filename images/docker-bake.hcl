@@ -59,56 +59,56 @@ target "tiny-random-embedding-vllm0-32-0-cpu-default" {
   context    = "images/tiny-random-embedding/vllm0.32.0-cpu-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/tiny-random-embedding:vllm0.32.0-cpu-default", "${REGISTRY}vllm-factory/tiny-random-embedding:vllm0.32.0-cpu-default-9745b46f7478"]
+  tags       = ["${REGISTRY}vllm-factory/tiny-random-embedding:vllm0.32.0-cpu-default", "${REGISTRY}vllm-factory/tiny-random-embedding:vllm0.32.0-cpu-default-6ed019aef1a3"]
 }
 
 target "tiny-random-embedding-vllm0-32-0-cpu-default-mooncake" {
   context    = "images/tiny-random-embedding/vllm0.32.0-cpu-default-mooncake"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/tiny-random-embedding:vllm0.32.0-cpu-default-mooncake", "${REGISTRY}vllm-factory/tiny-random-embedding:vllm0.32.0-cpu-default-mooncake-469cb468e4a6"]
+  tags       = ["${REGISTRY}vllm-factory/tiny-random-embedding:vllm0.32.0-cpu-default-mooncake", "${REGISTRY}vllm-factory/tiny-random-embedding:vllm0.32.0-cpu-default-mooncake-c348936c5337"]
 }
 
 target "tiny-random-llama-vllm0-32-0-cpu-default" {
   context    = "images/tiny-random-llama/vllm0.32.0-cpu-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default", "${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default-956ba7aa3bab"]
+  tags       = ["${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default", "${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default-e49899f16604"]
 }
 
 target "tiny-random-llama-vllm0-32-0-cpu-default-mooncake" {
   context    = "images/tiny-random-llama/vllm0.32.0-cpu-default-mooncake"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default-mooncake", "${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default-mooncake-3b58d580b3f1"]
+  tags       = ["${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default-mooncake", "${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default-mooncake-c9018a055a50"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-h100-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h100-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h100-default-e0f2eb2440e9"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h100-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h100-default-f51fcf27a116"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-h200-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-h200-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h200-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h200-default-161f52a00b33"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h200-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h200-default-f0455a115603"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-b200-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b200-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b200-default-bf55f1a7f659"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b200-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b200-default-1801d847704e"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-b300-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-b300-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b300-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b300-default-321cfb651815"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b300-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b300-default-85077e2de7ef"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi300x-default" {
@@ -143,89 +143,89 @@ target "stable-diffusion-3-5-vllm0-12-0-h100-default" {
   context    = "images/stable-diffusion-3.5/vllm0.12.0-h100-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-default", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-default-254222deeb96"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-default", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-default-0c50c3f9c968"]
 }
 
 target "stable-diffusion-3-5-vllm0-12-0-h200-default" {
   context    = "images/stable-diffusion-3.5/vllm0.12.0-h200-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-default", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-default-b37cf06f9ed7"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-default", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-default-f56b0edd734d"]
 }
 
 target "stable-diffusion-3-5-vllm0-12-0-b200-default" {
   context    = "images/stable-diffusion-3.5/vllm0.12.0-b200-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-default", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-default-fb5f3576064d"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-default", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-default-4cc2fb29adf0"]
 }
 
 target "stable-diffusion-3-5-vllm0-12-0-b300-default" {
   context    = "images/stable-diffusion-3.5/vllm0.12.0-b300-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-default", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-default-ef5d15b2e7b5"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-default", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-default-ddc8bdc04a6f"]
 }
 
 target "stable-diffusion-3-5-vllm0-12-0-h100-large" {
   context    = "images/stable-diffusion-3.5/vllm0.12.0-h100-large"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-large", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-large-2c5ea847db4d"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-large", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-large-0e63514de74a"]
 }
 
 target "stable-diffusion-3-5-vllm0-12-0-h200-large" {
   context    = "images/stable-diffusion-3.5/vllm0.12.0-h200-large"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-large", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-large-9bc2fac3d175"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-large", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-large-978dc069d987"]
 }
 
 target "stable-diffusion-3-5-vllm0-12-0-b200-large" {
   context    = "images/stable-diffusion-3.5/vllm0.12.0-b200-large"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-large", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-large-3e6f5c27f5ac"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-large", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-large-0f5a62becc16"]
 }
 
 target "stable-diffusion-3-5-vllm0-12-0-b300-large" {
   context    = "images/stable-diffusion-3.5/vllm0.12.0-b300-large"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-large", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-large-84aabdb3ad8e"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-large", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-large-a40347207f7e"]
 }
 
 target "stable-diffusion-3-5-vllm0-12-0-h100-large_turbo" {
   context    = "images/stable-diffusion-3.5/vllm0.12.0-h100-large_turbo"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-large_turbo", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-large_turbo-27fe609656c7"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-large_turbo", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-large_turbo-f0d6b69b97e5"]
 }
 
 target "stable-diffusion-3-5-vllm0-12-0-h200-large_turbo" {
   context    = "images/stable-diffusion-3.5/vllm0.12.0-h200-large_turbo"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-large_turbo", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-large_turbo-756e476313c9"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-large_turbo", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-large_turbo-2c9b7e4a5bbd"]
 }
 
 target "stable-diffusion-3-5-vllm0-12-0-b200-large_turbo" {
   context    = "images/stable-diffusion-3.5/vllm0.12.0-b200-large_turbo"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-large_turbo", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-large_turbo-64ffda9af963"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-large_turbo", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-large_turbo-5c9e422ce06c"]
 }
 
 target "stable-diffusion-3-5-vllm0-12-0-b300-large_turbo" {
   context    = "images/stable-diffusion-3.5/vllm0.12.0-b300-large_turbo"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-large_turbo", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-large_turbo-f0afa7e4c7c2"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-large_turbo", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-large_turbo-b04c3853c222"]
 }
 
 target "vllm-router-0-1-17" {
   context    = "images/vllm-router/0.1.17"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/vllm-router:0.1.17", "${REGISTRY}vllm-factory/vllm-router:0.1.17-7db1c8d93fb7"]
+  tags       = ["${REGISTRY}vllm-factory/vllm-router:0.1.17", "${REGISTRY}vllm-factory/vllm-router:0.1.17-72bc5d16bacc"]
 }
