@@ -124,7 +124,7 @@ def conformance(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
-    """Benchmarks: cold build vs pip floor, rebuild cost, layer sharing, size vs floor, probe overhead."""
+    """Benchmarks: corpus lock and generate, builds against pip, rebuilds, sizes, the CPU image's start."""
     session.run(PY, str(ROOT / "benchmarks" / "bench.py"), *session.posargs)
 
 

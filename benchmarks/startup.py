@@ -25,6 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import requests
+from figures import Figure
+
+from factory.generate.blueprint import Blueprint
+from factory.render import compose
+from factory.validate.container import running
+from factory.validate.probes import chat, wait_healthy
 
 MILESTONES = (
     ("imports", re.compile(r"api_utils.py.*version \d")),
@@ -106,3 +112,54 @@ def median_start(compose_file: Path, image: str, runs: int = 3) -> Start:
     starts = [start_once(compose_file, image) for _ in range(runs)]
     parts = {name: statistics.median(s.parts[name] for s in starts) for name in starts[0].parts}
     return Start(parts, statistics.median(s.total for s in starts))
+
+
+def startup_figures(plan: Blueprint, out: Path) -> list[Figure]:
+    """The image's start from its own compose file (median of 3), part by part, and the probe's overhead."""
+    deployment = next(d for d in plan.deployments if d.nodes == 1)
+    compose_file = out / compose.path(deployment, deployment.roles[0])
+    start = median_start(compose_file, plan.image.reference)
+    split = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in start.parts.items())
+    figure = Figure(
+        "CPU image start: compose up to a 200 on /health",
+        round(start.total, 1),
+        "s",
+        "(reported)",
+        None,
+        f"median of 3: {split}",
+    )
+    return [figure, *startup_overhead(plan)]
+
+
+def startup_overhead(plan: Blueprint) -> tuple[Figure, Figure]:
+    """Probe's own overhead: when /health was seen answering, against when vLLM logged it was up."""
+    image = plan.image
+    deployment = next(d for d in plan.deployments if d.nodes == 1)
+    cache = Path(tempfile.mkdtemp(prefix="factory-bench-cache-"))
+    with running(deployment.spec(deployment.roles[0]), "bench", cache) as started:
+        wrapped = started.container.get_wrapped_container()
+        healthy_s = wait_healthy(started.health_url, started.name, 600, started.state, poll_s=0.1)
+        seen_at = time.time()
+        answer = chat(started.base_url, image.served_model_name)
+        logs = wrapped.logs(timestamps=True).decode(errors="replace").splitlines()
+    ready = next(line for line in logs if "Application startup complete" in line)
+    ready_at = _instant(ready.split(" ", 1)[0])
+    overhead = seen_at - ready_at
+    return (
+        Figure(
+            "probe overhead: /health seen after vLLM logged ready",
+            round(overhead, 3),
+            "s",
+            "< 1 s",
+            overhead < 1.0,
+            f"healthy after {healthy_s:.1f} s from container start",
+        ),
+        Figure(
+            "first chat completion after healthy",
+            round(answer.seconds, 3),
+            "s",
+            "(reported)",
+            None,
+            f"{answer.completion_tokens} tokens",
+        ),
+    )

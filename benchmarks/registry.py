@@ -1,0 +1,113 @@
+"""What a registry receives: a vLLM bump on one torch, and an image's compressed size against its wheels.
+Pushed as <registry>/factory-bench:<tag>; the bench deletes its manifests after (the blobs stay until the
+registry's garbage collection runs)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import docker
+import requests
+from docker.errors import ImageNotFound
+from figures import Figure
+
+from factory.build.builder import BuildResult
+from factory.publish.pusher import push
+from factory.publish.registry import MANIFEST_TYPES, api_base, registry_request
+
+BENCH_REPOSITORY = "factory-bench"
+
+
+def registry_figures(
+    client: docker.DockerClient,
+    registry: str,
+    older: BuildResult,
+    newer: BuildResult,
+    wheels: tuple[int, int],
+) -> list[Figure]:
+    """Push 0.11.1, then 0.11.2, to a registry: what it had to receive for the bump, and what the H200
+    image weighs there (compressed) against its locked wheels (`wheels`: how many, their bytes). The
+    bench's manifests are deleted after; the registry's blobs stay until its garbage collection runs."""
+    with (
+        pushed(client, registry, "bench-older", older.image_id) as before,
+        pushed(client, registry, "bench-newer", newer.image_id) as after,
+    ):
+        received = sum(size for digest, size in after.items() if digest not in before)
+        total = sum(after.values())
+    return [
+        Figure(
+            "vLLM bump on one torch (0.11.1 -> 0.11.2): bytes the registry receives / image",
+            round(100 * received / total, 2),
+            "%",
+            "<= 15 %",
+            received / total <= 0.15,
+            f"{received / 1e9:.2f} GB of {total / 1e9:.2f} GB compressed ({registry})",
+        ),
+        Figure(
+            "H200 image compressed in a registry / sum of its locked wheels",
+            round(total / wheels[1], 2),
+            "x",
+            "(reported)",
+            None,
+            f"registry {total / 1e9:.2f} GB (layers and config); {wheels[0]} wheels {wheels[1] / 1e9:.2f} GB",
+        ),
+    ]
+
+
+@contextlib.contextmanager
+def pushed(client: docker.DockerClient, registry: str, tag: str, image_id: str) -> Iterator[dict[str, int]]:
+    """Push the image as <registry>/factory-bench:<tag>; yield {blob digest: compressed size} from the
+    manifest the registry serves (config included); delete that manifest and the local tag after."""
+    repository = f"{registry}/{BENCH_REPOSITORY}"
+    client.images.get(image_id).tag(repository, tag)
+    try:
+        push(client, repository, tag, None)
+        answer = registry_request(
+            "GET", registry, f"{BENCH_REPOSITORY}/manifests/{tag}", None, {"Accept": MANIFEST_TYPES}
+        )
+        answer.raise_for_status()
+        manifest = answer.json()
+        blobs = [manifest["config"], *manifest["layers"]]
+        try:
+            yield {blob["digest"]: int(blob["size"]) for blob in blobs}
+        finally:
+            digest = answer.headers["Docker-Content-Digest"]
+            registry_request("DELETE", registry, f"{BENCH_REPOSITORY}/manifests/{digest}", None)
+    finally:
+        with contextlib.suppress(ImageNotFound):
+            client.images.remove(f"{repository}:{tag}")
+
+
+def registry_answering(address: str) -> str | None:
+    try:
+        return (
+            address if requests.get(f"{api_base(address)}/v2/", timeout=5).status_code in (200, 401) else None
+        )
+    except requests.RequestException:
+        return None
+
+
+def _layer_bytes(client: docker.DockerClient, image_id: str) -> list[tuple[str, int]]:
+    """(layer digest, uncompressed size), newest first: the history's non-empty steps, which are the
+    RootFS layers in the same order (the base's layers come last in both)."""
+    image = client.images.get(image_id)
+    layers = list(reversed(image.attrs["RootFS"]["Layers"]))
+    sizes = [int(entry.get("Size", 0)) for entry in image.history() if entry.get("Size")]
+    return list(zip(layers, sizes, strict=False))
+
+
+def bump_share_on_disk(client: docker.DockerClient, older: BuildResult, newer: BuildResult) -> Figure:
+    """Uncompressed bytes of the newer image's layers that the older one does not have."""
+    layers = dict(_layer_bytes(client, older.image_id))
+    own = _layer_bytes(client, newer.image_id)
+    new_bytes = sum(size for digest, size in own if digest not in layers)
+    total = sum(size for _, size in own)
+    return Figure(
+        "vLLM bump on one torch (0.11.1 -> 0.11.2): new layer bytes / image, uncompressed",
+        round(100 * new_bytes / total, 2),
+        "%",
+        "<= 15 %",
+        new_bytes / total <= 0.15,
+        f"{new_bytes / 1e9:.2f} GB of {total / 1e9:.2f} GB (one builder's cache)",
+    )
