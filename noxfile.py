@@ -16,7 +16,7 @@ from pathlib import Path
 
 import nox
 
-from factory.generate.blueprint import plan_recipe
+from factory.blueprint import plan_recipe
 from factory.project import load_project
 
 nox.options.default_venv_backend = "none"

@@ -38,7 +38,7 @@ from startup import startup_figures
 
 from factory.base.files import write_text_atomic
 from factory.base.settings import load_settings
-from factory.build.builder import build_image
+from factory.builder.builder import build_image
 from factory.engine.connect import connect
 from factory.project import load_project
 from images import cpu_figures, cuda_figures

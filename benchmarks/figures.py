@@ -13,9 +13,9 @@ from typing import Any
 
 import yaml
 
-from factory.generate.blueprint import Blueprint
+from factory.blueprint import Blueprint
+from factory.blueprint.select import select
 from factory.generate.run import generate
-from factory.generate.select import select
 from factory.project import Project, load_project
 
 BENCH_SLUG = "{slug}-bench"

@@ -18,7 +18,7 @@ from figures import Figure, blueprint, scratch_project
 from registry import bump_share_on_disk, registry_figures
 
 from factory.base.settings import BuildSettings
-from factory.build.builder import BuildResult, build_image
+from factory.builder.builder import BuildResult, build_image
 from factory.generate.run import generate
 from factory.lock.locker import lock
 from factory.plan.models import ImagePlan

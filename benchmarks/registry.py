@@ -12,7 +12,7 @@ import requests
 from docker.errors import ImageNotFound
 from figures import Figure
 
-from factory.build.builder import BuildResult
+from factory.builder.builder import BuildResult
 from factory.publish.pusher import push
 from factory.publish.registry import MANIFEST_TYPES, api_base, registry_request
 

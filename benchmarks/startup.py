@@ -27,7 +27,7 @@ from pathlib import Path
 import requests
 from figures import Figure
 
-from factory.generate.blueprint import Blueprint
+from factory.blueprint import Blueprint
 from factory.render import compose
 from factory.validate.container import running
 from factory.validate.probes import chat, wait_healthy

@@ -21,9 +21,9 @@ os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 import docker
 from docker.errors import ImageNotFound
 
+from factory.blueprint import Blueprint
+from factory.blueprint.select import select
 from factory.engine.connect import OWNER_LABEL
-from factory.generate.blueprint import Blueprint
-from factory.generate.select import select
 from factory.project import Project, load_project
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -274,7 +274,7 @@ def no_leftovers(docker_client: docker.DockerClient) -> Iterator[None]:
 def tiny_built(project: Project, docker_client: docker.DockerClient):
     """The built-in default image, built once per run (seconds when the engine has it cached)."""
     from factory.base.settings import load_settings
-    from factory.build.builder import build_image
+    from factory.builder.builder import build_image
 
     return build_image(ROOT, blueprint_of(project, TINY, "cpu"), load_settings(ROOT))
 
@@ -288,7 +288,7 @@ def kv_blueprint(project: Project) -> Blueprint:
 def kv_built(project: Project, tiny_built: Any) -> Any:
     """The tiny model's KV-store image: the plain image's layers (built first), then Mooncake's."""
     from factory.base.settings import load_settings
-    from factory.build.builder import build_image
+    from factory.builder.builder import build_image
 
     return build_image(ROOT, kv_blueprint(project), load_settings(ROOT))
 
@@ -307,7 +307,7 @@ def omni_built(project: Project, docker_client: docker.DockerClient):  # type: i
     """The CUDA omni image (Stable Diffusion 3.5 on H100), built once per run: torch's layer is the Kimi
     CUDA image's, so on a warm engine it costs the layers above torch's only."""
     from factory.base.settings import load_settings
-    from factory.build.builder import build_image
+    from factory.builder.builder import build_image
 
     return build_image(ROOT, blueprint_of(project, SD35, "h100"), load_settings(ROOT))
 

@@ -19,8 +19,8 @@ from docker.errors import ImageNotFound
 
 from factory.base.errors import DockerError
 from factory.base.settings import load_settings
-from factory.build.builder import BuildResult, build_image
-from factory.generate.blueprint import Blueprint
+from factory.blueprint import Blueprint
+from factory.builder.builder import BuildResult, build_image
 from factory.project import Project, load_project
 from tests.conftest import KIMI, ROOT, TINY, blueprint_of, run_factory
 
@@ -305,8 +305,8 @@ def test_no_engine_is_a_clear_error_before_any_work(tmp_path: Path) -> None:
 
 
 def test_cross_platform_build_is_refused_without_buildx(project: Project) -> None:
-    from factory.build.backends import has_buildx
-    from factory.build.builder import choose_backend
+    from factory.builder.backends import has_buildx
+    from factory.builder.builder import choose_backend
 
     gb200 = blueprint_of(project, KIMI, "gb200").image
     if has_buildx():

@@ -27,10 +27,10 @@ from packaging.version import Version
 
 from factory.base.errors import DockerError, InputError
 from factory.base.settings import Network, load_settings
-from factory.build.backends import build_command, buildx_release, has_buildx, run_build
-from factory.build.builder import choose_backend
-from factory.build.context import StagedContext
-from factory.build.network import check_backend
+from factory.builder.backends import build_command, buildx_release, has_buildx, run_build
+from factory.builder.builder import choose_backend
+from factory.builder.context import StagedContext
+from factory.builder.network import check_backend
 from factory.cli.images import _build_flags
 from factory.cli.parser import build_parser
 from factory.project import Project

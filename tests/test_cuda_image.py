@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from factory.base.settings import load_settings
-from factory.build.builder import BuildResult, build_image
+from factory.blueprint import Blueprint
+from factory.builder.builder import BuildResult, build_image
 from factory.engine.connect import OWNER_LABEL
-from factory.generate.blueprint import Blueprint
 from factory.plan.runspec import RunSpec
 from factory.plan.settings import setting
 from factory.project import Project

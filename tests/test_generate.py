@@ -42,7 +42,7 @@ def test_generate_removes_what_is_no_longer_generated(scratch: Path) -> None:
 def test_a_failed_write_leaves_whole_files_and_no_temporary_ones(
     scratch: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from factory.generate.blueprint import plan_project
+    from factory.blueprint import plan_project
     from factory.project import load_project
 
     project = load_project(scratch)

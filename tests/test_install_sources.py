@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from factory.base.errors import InputError
+from factory.blueprint import plan_project
 from factory.catalog.loader import load_catalog
-from factory.generate.blueprint import plan_project
 from factory.lockfile.model import requirement_blocks
 from factory.project import Project
 from factory.report.matrix import LintCache, coverage

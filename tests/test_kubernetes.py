@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from factory.base.errors import InputError
-from factory.generate.blueprint import plan_recipe
+from factory.blueprint import plan_recipe
 from factory.plan.models import Deployment, NodeRole
 from factory.project import Project, load_project
 from factory.render import compose, kubernetes, yaml_text

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from factory.generate.blueprint import plan_recipe
+from factory.blueprint import plan_recipe
 from factory.plan.models import Deployment
 from factory.project import Project, load_project
 from factory.render import kubernetes

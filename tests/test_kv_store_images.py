@@ -51,7 +51,7 @@ def test_the_mooncake_layer_holds_only_what_the_vllm_set_lacks(project: Project)
 
 def test_a_kv_store_image_is_not_buildable_below_the_stores_vllm_floor(project: Project) -> None:
     """Kimi-Linear pins vLLM 0.11.2: its KV-store images say why they cannot be built, with the floor."""
-    from factory.generate.select import select
+    from factory.blueprint.select import select
 
     kv = select(project, "moonshotai/Kimi-Linear-48B-A3B-Instruct", "h200", kv_store=True)[0]
     assert kv.image.install is None

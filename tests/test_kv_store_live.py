@@ -29,7 +29,7 @@ import pytest
 import requests
 
 from factory.base.tools import compose_binary
-from factory.generate.blueprint import plan_recipe
+from factory.blueprint import plan_recipe
 from factory.plan.models import Deployment
 from factory.project import Project
 from factory.render import compose

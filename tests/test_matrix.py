@@ -93,7 +93,7 @@ def _tiny_cell(project: Project, reports: Path, lint: Any = lambda path: None, r
     """The tiny CPU image's cell, from the real plan and engine and the records in `reports`."""
     import docker
 
-    from factory.generate.blueprint import plan_project
+    from factory.blueprint import plan_project
     from factory.report.matrix import coverage
 
     found = coverage(plan_project(project), root, reports, docker.from_env(), lint)
@@ -117,7 +117,7 @@ def test_every_cell_rule_gives_its_level_and_says_why(
     records of each kind: the level a user reads, and the reason the tooltip gives."""
     import docker
 
-    from factory.generate.blueprint import plan_project
+    from factory.blueprint import plan_project
     from factory.report.matrix import coverage
 
     built_id = tiny_built.image_id

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from factory.generate.blueprint import plan_project
+from factory.blueprint import plan_project
 from factory.project import Project, load_project
 from factory.render import kubernetes
 from factory.report.matrix import Matrix, coverage

@@ -17,7 +17,7 @@ import pytest
 from packaging.version import Version
 
 from factory.base.settings import load_settings
-from factory.build.builder import BuildResult, build_image
+from factory.builder.builder import BuildResult, build_image
 from factory.lock.choose import ask
 from factory.lock.omni import choose_omni, omni_refusal
 from factory.lockfile.model import OMNI, split_omni

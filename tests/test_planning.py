@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from factory.generate.blueprint import plan_project, plan_recipe
+from factory.blueprint import plan_project, plan_recipe
 from factory.plan.models import Deployment, FlagEdit, ImagePlan
 from factory.plan.preflight import preflight
 from factory.project import Project, load_project

@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from factory.base.errors import InputError, RefusedError
-from factory.generate.blueprint import plan_project
+from factory.blueprint import plan_project
 from factory.plan.models import ImagePlan
 from factory.project import Project, load_project
 from factory.publish.platforms import (

@@ -22,9 +22,9 @@ import requests
 import yaml
 
 from factory.base.errors import InputError
-from factory.build.builder import BuildResult
+from factory.blueprint import plan_recipe
+from factory.builder.builder import BuildResult
 from factory.engine.connect import OWNER_LABEL
-from factory.generate.blueprint import plan_recipe
 from factory.plan.models import Deployment
 from factory.plan.runspec import RunSpec
 from factory.project import Project

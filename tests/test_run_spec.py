@@ -21,9 +21,9 @@ import pytest
 import yaml
 
 from factory.base.tools import compose_binary
+from factory.blueprint import plan_recipe
+from factory.blueprint.select import select
 from factory.catalog.schema import GpuRequest, PodRequests, Secret, Volume
-from factory.generate.blueprint import plan_recipe
-from factory.generate.select import select
 from factory.plan.models import Deployment
 from factory.plan.runspec import ConfigMount, FromIndex, RunSpec
 from factory.project import Project, load_project

@@ -11,9 +11,9 @@ from typing import Any
 import docker
 import pytest
 
-from factory.build.builder import BuildResult
+from factory.blueprint import Blueprint
+from factory.builder.builder import BuildResult
 from factory.engine.connect import OWNER_LABEL
-from factory.generate.blueprint import Blueprint
 from factory.plan.runspec import RunSpec
 from factory.project import Project
 from factory.validate import checklist

@@ -21,7 +21,7 @@ from factory.base.models import Strict
 
 LOCAL_SETTINGS = ".factory.local.toml"
 # The network of a build's RUN steps: BuildKit's own ("default") or the build host's ("host"), for an index
-# that listens on the host's loopback. Each front end writes it in its own words (factory/build/network.py).
+# that listens on the host's loopback. Each front end writes it in its own words (factory/builder/network.py).
 Network = Literal["default", "host"]
 
 

@@ -48,7 +48,7 @@ def cmd_generate(project: Project, args: argparse.Namespace) -> int:
 def cmd_renderings(project: Project, args: argparse.Namespace) -> int:
     import json
 
-    from factory.generate.blueprint import plan_project
+    from factory.blueprint import plan_project
     from factory.report.renderings import all_renderings
 
     blueprints = plan_project(project, args.nodes)
@@ -58,7 +58,7 @@ def cmd_renderings(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_conformance(project: Project, args: argparse.Namespace) -> int:
-    from factory.generate.blueprint import plan_project
+    from factory.blueprint import plan_project
     from factory.report.conformance import compare, oracle_renderings
     from factory.report.renderings import all_renderings
 
@@ -71,7 +71,7 @@ def cmd_conformance(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_show(project: Project, args: argparse.Namespace) -> int:
-    from factory.generate.select import choose_deployment, offload_options
+    from factory.blueprint.select import choose_deployment, offload_options
     from factory.report.show import render_show
 
     blueprint, deployment = choose_deployment(
@@ -105,7 +105,7 @@ def cmd_show(project: Project, args: argparse.Namespace) -> int:
 def cmd_list(project: Project, args: argparse.Namespace) -> int:
     from collections import Counter
 
-    from factory.generate.blueprint import plan_project
+    from factory.blueprint import plan_project
 
     blueprints = plan_project(project)
     causes: Counter[str] = Counter()
@@ -144,8 +144,8 @@ def cmd_list(project: Project, args: argparse.Namespace) -> int:
 
 def cmd_matrix(project: Project, args: argparse.Namespace) -> int:
     from factory.base.errors import DockerError
+    from factory.blueprint import plan_project
     from factory.engine.connect import connect
-    from factory.generate.blueprint import plan_project
     from factory.report.matrix import LintCache, coverage, hadolint, hadolint_tool, write_matrix
 
     blueprints = plan_project(project)

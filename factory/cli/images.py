@@ -11,12 +11,12 @@ from factory.cli.output import say, warn
 from factory.project import Project
 
 if TYPE_CHECKING:
-    from factory.generate.blueprint import Blueprint
+    from factory.blueprint import Blueprint
 
 
 def cmd_check_args(project: Project, args: argparse.Namespace) -> int:
+    from factory.blueprint import plan_project
     from factory.engine.connect import connect
-    from factory.generate.blueprint import plan_project
     from factory.validate.check_args import check_all
 
     checks = check_all(connect(), plan_project(project).images)
@@ -42,7 +42,7 @@ def cmd_check_args(project: Project, args: argparse.Namespace) -> int:
 
 
 def _selected(project: Project, args: argparse.Namespace) -> list[Blueprint]:
-    from factory.generate.select import select
+    from factory.blueprint.select import select
 
     model = args.model or project.catalog.build_recipe(args.hardware)
     return select(project, model, args.hardware, args.variant, args.kv_store)
@@ -55,7 +55,7 @@ def _build_flags(args: argparse.Namespace) -> dict[str, object]:
 
 def cmd_build(project: Project, args: argparse.Namespace) -> int:
     from factory.base.settings import load_settings
-    from factory.build.builder import build_image, summary, write_report
+    from factory.builder.builder import build_image, summary, write_report
 
     settings = load_settings(project.root, _build_flags(args))
     results = []
@@ -79,7 +79,7 @@ def cmd_build(project: Project, args: argparse.Namespace) -> int:
 
 def cmd_build_router(project: Project, args: argparse.Namespace) -> int:
     from factory.base.settings import load_settings
-    from factory.build.builder import summary, write_report
+    from factory.builder.builder import summary, write_report
     from factory.router.build import build_router
 
     settings = load_settings(project.root, _build_flags(args))
@@ -147,7 +147,7 @@ def cmd_sbom(project: Project, args: argparse.Namespace) -> int:
 
 def cmd_publish_platforms(project: Project, args: argparse.Namespace) -> int:
     from factory.base.settings import registry_of
-    from factory.generate.blueprint import plan_project
+    from factory.blueprint import plan_project
     from factory.publish.platforms import publish_platform_groups, recipe_groups
 
     registry = registry_of(project.root, args.registry)

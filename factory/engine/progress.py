@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from factory.build.progress import step_title
+from factory.builder.progress import step_title
 
 _STEP = re.compile(r"^#(?P<id>\d+) \[(?P<stage>[^\]]*\d+/\d+)\] (?P<what>.*)$")
 # The engine writing the finished layers into its image store: for a 10 GB image about 20 s with no output.

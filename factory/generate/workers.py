@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from factory.base.errors import FactoryError
-from factory.generate.blueprint import plan_recipe
+from factory.blueprint import plan_recipe
 from factory.generate.memory import Remembered, digest_of, stamped
 from factory.generate.writer import OutputWriter, differences
 from factory.project import Project

@@ -19,7 +19,7 @@ from docker.errors import DockerException
 
 from factory.base.reporter import Reporter, silent
 from factory.base.tools import hadolint_binary
-from factory.generate.blueprint import Blueprint, Blueprints
+from factory.blueprint import Blueprint, Blueprints
 from factory.generate.writer import difference
 from factory.plan.models import ImagePlan
 from factory.render.templating import environment

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from factory.generate.blueprint import Blueprint
+from factory.blueprint import Blueprint
 from factory.generate.writer import difference
 from factory.plan.models import Deployment
 from factory.render import kubernetes

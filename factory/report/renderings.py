@@ -11,7 +11,7 @@ import json
 import shlex
 from typing import Any
 
-from factory.generate.blueprint import Blueprint, Blueprints
+from factory.blueprint import Blueprint, Blueprints
 from factory.plan.deployments import env_text
 from factory.plan.models import Deployment, NodeRole, Skipped
 from factory.recipes.loader import LoadedRecipe, RecipeProblem

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from factory.generate.blueprint import Blueprint
+from factory.blueprint import Blueprint
 from factory.plan.models import Deployment, ImagePlan, NodeRole
 from factory.plan.settings import setting
 from factory.recipes.tree_schema import KvOffloadOption

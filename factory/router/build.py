@@ -12,9 +12,9 @@ from pathlib import Path
 from factory.base.errors import InputError
 from factory.base.reporter import Reporter, silent
 from factory.base.settings import BuildSettings
-from factory.build.backends import run_build
-from factory.build.builder import BuildResult, choose_backend, tag_built, untag
-from factory.build.context import StagedContext, stage_secrets
+from factory.builder.backends import run_build
+from factory.builder.builder import BuildResult, choose_backend, tag_built, untag
+from factory.builder.context import StagedContext, stage_secrets
 from factory.engine.connect import connect, engine_facts
 from factory.project import Project
 from factory.router.image import RouterImage, router_files, router_image

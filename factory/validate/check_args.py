@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 
 import docker
 
-from factory.generate.blueprint import Blueprint
+from factory.blueprint import Blueprint
 from factory.plan.models import OMNI_VERSION_LABEL
 from factory.validate.static import CheckResult, argv_sets, check_serve_args
 

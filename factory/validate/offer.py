@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from factory.blueprint import Blueprint
 from factory.catalog.schema import Vendor
 from factory.engine.connect import EngineFacts
-from factory.generate.blueprint import Blueprint
 from factory.plan.models import Deployment
 
 

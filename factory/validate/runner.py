@@ -13,9 +13,9 @@ from docker.errors import ImageNotFound
 
 from factory.base.errors import DockerError
 from factory.base.reporter import Reporter, silent
+from factory.blueprint import Blueprint
 from factory.engine.connect import connect, engine_facts
 from factory.engine.leftovers import sweep
-from factory.generate.blueprint import Blueprint
 from factory.plan.models import Deployment, ImagePlan
 from factory.render import compose
 from factory.validate import checklist, static

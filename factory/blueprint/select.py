@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from factory.base.errors import InputError
-from factory.generate.blueprint import Blueprint, plan_recipe
+from factory.blueprint import Blueprint, plan_recipe
 from factory.plan import naming
 from factory.plan.models import Deployment
 from factory.project import Project

@@ -20,9 +20,9 @@ from packaging.version import InvalidVersion, Version
 
 from factory.base.errors import DockerError
 from factory.base.tools import compose_binary
-from factory.build import network
-from factory.build.context import StagedContext
-from factory.build.progress import BuildLog
+from factory.builder import network
+from factory.builder.context import StagedContext
+from factory.builder.progress import BuildLog
 from factory.engine.progress import BuildProgress
 
 

@@ -1,18 +1,13 @@
-"""Blueprints: each image finished once, for every later stage to read and none to recompute.
-
-A Blueprint holds an image's plan with its inputs hash, every deployment of it (each strategy, each node,
-each PD pool), every file `factory generate` writes for it, and what the preflight says about it.
-generate, build, validate, publish, show and renderings take blueprints; none of them plans or hashes
-again. A recipe that cannot be planned is that recipe's problem alone: the others are planned as usual.
-"""
+"""Planning a recipe into blueprints (factory.blueprint.model): every variant on every hardware it renders
+on, each image finished once with its deployments. A recipe that cannot be planned is that recipe's problem
+alone: the others are planned as usual."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from factory.base.errors import FactoryError, InputError
-from factory.catalog.schema import Mooncake, Server, Vendor
-from factory.generate.choices import offload_notes, with_nodes, with_offload
+from factory.base.errors import FactoryError
+from factory.blueprint.choices import offload_notes, with_nodes, with_offload
+from factory.blueprint.model import Blueprint, Blueprints, RecipePlan
+from factory.catalog.schema import Mooncake, Vendor
 from factory.lock.mooncake import floor as mooncake_floor
 from factory.lock.pins import pinned_vllm
 from factory.lockfile.model import Release
@@ -22,97 +17,23 @@ from factory.plan.images import kv_image_spec, locked_release, plan_image_spec, 
 from factory.plan.kv import plan_kv
 from factory.plan.models import Deployment, ImagePlan, ImageSpec, Skipped
 from factory.plan.omni import plan_omni
-from factory.plan.preflight import Finding, preflight
+from factory.plan.preflight import preflight
 from factory.plan.running import process_groups
 from factory.plan.runspec import Run
-from factory.plan.versions import JudgedVersion, judged_version
+from factory.plan.versions import judged_version
 from factory.project import Project
 from factory.recipes.loader import LoadedRecipe, RecipeProblem, RecipeTree
 from factory.render.hashing import hashed_context
-from factory.render.outputs import OutputFile, compose_outputs, kubernetes_outputs
+from factory.render.outputs import compose_outputs, kubernetes_outputs
 from factory.router.image import router_image
 from factory.router.lock import PLATFORM as ROUTER_PLATFORM
 from factory.synthesis import kv_store
 from factory.synthesis.kv_store import KvCommand
 from factory.synthesis.matrix import Combination, Refusal, combinations, hardware_for
 
-_NOT_JUDGED = JudgedVersion(None, "not judged")
 # vllm-router is its own program, in an image of its own (factory/router/); before `factory lock` locked it, a
 # setting names the image to run.
 ROUTER_IMAGE = "$VLLM_ROUTER_IMAGE"
-
-
-@dataclass(frozen=True)
-class Blueprint:
-    image: ImagePlan
-    vendor: Vendor  # what a container needs to see this image's GPUs
-    server: Server  # the API port and health check every image serves with
-    deployments: tuple[Deployment, ...]
-    image_files: tuple[OutputFile, ...]  # the build context under images/ (none when unbuildable)
-    compose_files: tuple[OutputFile, ...]  # every deployment's files under compose/
-    k8s_files: tuple[OutputFile, ...]  # every deployment's manifests under k8s/ (P/D not yet)
-    findings: tuple[Finding, ...]
-    notes: tuple[str, ...]  # what the recipe sets that the factory does not use, with why
-    ignored: tuple[str, ...] = ()  # the recipe's keys the site does not read (factory.recipes.ignored)
-    # The vLLM version the deviation rules were judged by (the lock's, else the recipe's floor)
-    judged: JudgedVersion = _NOT_JUDGED
-    kv_store: bool = False  # a KV-store image (Mooncake's layer on the plain image) and its deployments
-
-    def deployment(self, strategy: str, nodes: int | None = None) -> Deployment:
-        for deployment in self.deployments:
-            if deployment.strategy == strategy and nodes in (None, deployment.nodes):
-                return deployment
-        raise InputError(
-            f"no {strategy} deployment of {self.image.reference}"
-            + (f" on {nodes} nodes" if nodes is not None else ""),
-            field="--strategy",
-            value=strategy,
-            valid=sorted({d.strategy for d in self.deployments}),
-        )
-
-    @property
-    def files(self) -> tuple[OutputFile, ...]:
-        return self.image_files + self.compose_files + self.k8s_files
-
-
-@dataclass(frozen=True)
-class RecipePlan:
-    """One recipe's blueprints and what it leaves out, or why it could not be planned at all."""
-
-    loaded: LoadedRecipe
-    images: tuple[Blueprint, ...] = ()
-    skipped: tuple[Skipped, ...] = ()
-    # The site's Mooncake KV-store deployments on hardware the factory builds for: their commands only
-    # (no image, compose file or manifest is generated from them yet).
-    kv_stores: tuple[KvCommand, ...] = ()
-
-
-@dataclass(frozen=True)
-class Blueprints:
-    """Everything a recipes tree and the catalog define, what they leave out, and which recipes failed."""
-
-    recipes: tuple[RecipePlan, ...]
-    problems: tuple[RecipeProblem, ...]
-
-    @property
-    def images(self) -> list[Blueprint]:
-        return [blueprint for plan in self.recipes for blueprint in plan.images]
-
-    @property
-    def skipped(self) -> list[Skipped]:
-        return [skipped for plan in self.recipes for skipped in plan.skipped]
-
-    @property
-    def kv_stores(self) -> list[tuple[LoadedRecipe, KvCommand]]:
-        return [(plan.loaded, kv) for plan in self.recipes for kv in plan.kv_stores]
-
-    @property
-    def deployments(self) -> list[Deployment]:
-        return [deployment for blueprint in self.images for deployment in blueprint.deployments]
-
-    def files(self) -> list[OutputFile]:
-        """Every image's and every deployment's files (the bake file and manifest are generate's)."""
-        return [file for blueprint in self.images for file in blueprint.files]
 
 
 def plan_project(project: Project, nodes: int | None = None) -> Blueprints:

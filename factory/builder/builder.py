@@ -21,13 +21,13 @@ from factory.base.errors import DockerError
 from factory.base.files import write_text_atomic
 from factory.base.reporter import Reporter, silent
 from factory.base.settings import BuildSettings, Network
-from factory.build import network
-from factory.build.backends import buildx_version, run_build
-from factory.build.context import BuildTarget, StagedContext, check_generated, stage
-from factory.build.progress import BuildLog
+from factory.blueprint import Blueprint
+from factory.builder import network
+from factory.builder.backends import buildx_version, run_build
+from factory.builder.context import BuildTarget, StagedContext, check_generated, stage
+from factory.builder.progress import BuildLog
 from factory.engine.connect import connect, engine_facts
 from factory.engine.progress import BuildProgress
-from factory.generate.blueprint import Blueprint
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from typing import Protocol
 
 from factory.base.errors import InputError
 from factory.base.settings import BuildSettings, Network
-from factory.generate.blueprint import Blueprint
+from factory.blueprint import Blueprint
 from factory.generate.writer import difference
 from factory.plan.models import ImagePlan
 
