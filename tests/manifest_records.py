@@ -21,7 +21,7 @@ from typing import Literal
 
 import pytest
 
-from factory.render.outputs import OutputFile
+from factory.base.outputs import OutputFile
 from factory.report.manifest_records import ManifestCheckRecord, folder_digest, write_record
 from tests.conftest import ROOT
 

@@ -9,8 +9,8 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from factory.base.errors import InputError
+from factory.base.outputs import OutputFile
 from factory.generate import writer
-from factory.render.outputs import OutputFile
 from tests.conftest import ROOT, run_factory, tree_snapshot
 
 
@@ -43,10 +43,11 @@ def test_a_failed_write_leaves_whole_files_and_no_temporary_ones(
     scratch: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from factory.blueprint import plan_project
+    from factory.generate.outputs import recipe_files
     from factory.project import load_project
 
     project = load_project(scratch)
-    files = plan_project(project).files()
+    files = [file for plan in plan_project(project).recipes for file in recipe_files(plan)]
     changed = [OutputFile(f.path, f.content + b"# new\n", f.executable) for f in files[:10]]
     before = tree_snapshot(scratch)
     real_replace, calls = os.replace, []

@@ -166,6 +166,6 @@ def test_capitals_in_a_slug_are_lower_cased_not_refused(tmp_path: Path) -> None:
 
 def test_dockerfile_values_are_not_expanded_at_build_time() -> None:
     """ENV and LABEL expand `$` when Docker builds: the filter every such value goes through escapes it."""
-    from factory.render.templating import dockerfile_value
+    from factory.base.templating import dockerfile_value
 
     assert dockerfile_value('${HOME} "quoted" $(id)') == r'"\${HOME} \"quoted\" \$(id)"'

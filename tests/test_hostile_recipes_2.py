@@ -139,7 +139,7 @@ def test_a_name_too_long_for_a_folder_is_one_line_not_a_traceback(
 
 
 def test_a_value_ending_in_a_newline_is_escaped_by_the_fast_path() -> None:
-    from factory.render.templating import json_string
+    from factory.base.templating import json_string
 
     assert json_string("x\n") == '"x\\n"'
     assert json_string("plain") == '"plain"'

@@ -21,10 +21,10 @@ from factory.base.files import write_text_atomic
 from factory.base.yamlfile import read_yaml
 from factory.generate.memory import recipe_inputs
 from factory.generate.run import generate
+from factory.plan.context import image_outputs
 from factory.project import Project, load_project
 from factory.recipes import bundled
 from factory.recipes.loader import load_tree
-from factory.render.outputs import image_outputs
 from tests import kubernetes_checks as checks
 from tests.conftest import ROOT, TINY, blueprint_of, kubectl, run_factory, small_recipe
 from tests.test_hostile_recipes_2 import _generate, _only_bad, _tree

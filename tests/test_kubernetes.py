@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 import yaml
 
+from factory.base import yaml_text
 from factory.base.errors import InputError
 from factory.blueprint import plan_recipe
 from factory.plan.models import Deployment, NodeRole
 from factory.project import Project, load_project
-from factory.render import compose, kubernetes, yaml_text
-from factory.render.outputs import kubernetes_outputs
+from factory.render import compose, kubernetes
 from factory.router.image import router_image
 from tests import kubernetes_checks as checks
 from tests.conftest import KIMI, ROOT, TINY, blueprint_of, kubectl, run_factory
@@ -536,7 +536,7 @@ def test_each_pod_runs_the_compose_command_of_its_node(
 ) -> None:
     deployments = [d for d in _deployments(project) if kubernetes.deployable(d)]
     # the objects checked are the ones generate prints: the record cites those bytes
-    generated = as_generated(file for d in deployments for file in kubernetes_outputs(d))
+    generated = as_generated(file for d in deployments for file in kubernetes.files(d))
     with recording(request.node.nodeid, PARITY, generated):
         problems = [p for d in deployments for p in parity_problems(d, launcher)]
         assert problems == []
@@ -787,7 +787,7 @@ def _check_recipe(recipe_id: str) -> CorpusFindings:
             if not kubernetes.deployable(deployment):
                 found.counts["skipped"] += 1
                 continue
-            found.generated |= as_generated(kubernetes_outputs(deployment))
+            found.generated |= as_generated(kubernetes.files(deployment))
             found.counts[deployment.deploy_type] += 1
             sizes = kubernetes.pool_sizes(deployment).values()  # a P/D pool's nodes, a KV instance's
             kind = "instances" if deployment.deploy_type == "kv_store_lb" else "pools"

@@ -33,7 +33,6 @@ from factory.blueprint import plan_recipe
 from factory.plan.models import Deployment
 from factory.project import Project
 from factory.render import compose
-from factory.render.outputs import compose_outputs
 from tests.conftest import ROOT, TINY, kv_blueprint
 
 pytestmark = [pytest.mark.docker, pytest.mark.e2e]
@@ -125,7 +124,7 @@ def distributed_two(
     deployment = blueprint.deployment("kv_store_distributed_mooncake")
     assert [role.name for role in deployment.roles] == ["master", "instance-1", "instance-2", "router"]
     folder = tmp_path / "deployment"
-    for output in compose_outputs(deployment):
+    for output in compose.files(deployment):
         target = folder / output.path.relative_to(compose.directory(deployment))
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(output.content)

@@ -55,7 +55,9 @@ def test_each_image_is_planned_once_with_its_hash_deployments_and_files(project:
     assert f"images/kimi-linear-48b-a3b-instruct/{blueprint.image.tag}/Dockerfile" in {
         f.path.as_posix() for f in blueprint.image_files
     }
-    assert len(blueprint.compose_files) == 1 + 4 * 3, "one file per node, and .env.example per multi-node"
+    assert len([f for d in blueprint.deployments for f in compose.files(d)]) == 1 + 4 * 3, (
+        "one file per node, and .env.example per multi-node"
+    )
     with pytest.raises(ValueError, match="inputs_hash"):
         ImagePlan(**blueprint.image.model_dump(exclude={"inputs_hash"}))
 
@@ -203,7 +205,9 @@ def test_a_tree_without_a_lock_renders_but_builds_no_image(tmp_path: Path) -> No
     project = load_project(Path(__file__).resolve().parent.parent, tree, tmp_path / "out")
     blueprint = blueprint_of(project, "acme/Small-8B", "h200")
     assert blueprint.image.install is None and "run `factory lock`" in (blueprint.image.unbuildable or "")
-    assert blueprint.image_files == () and blueprint.compose_files, "compose files, no build context"
+    assert blueprint.image_files == () and [f for d in blueprint.deployments for f in compose.files(d)], (
+        "compose files, no build context"
+    )
     assert blueprint.image.tag == "vllm-unresolved-h200-default"
 
 

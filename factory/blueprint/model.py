@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from factory.base.errors import InputError
+from factory.base.outputs import OutputFile
 from factory.catalog.schema import Server, Vendor
 from factory.plan.models import Deployment, ImagePlan, Skipped
 from factory.plan.preflight import Finding
 from factory.plan.versions import JudgedVersion
 from factory.recipes.loader import LoadedRecipe, RecipeProblem
-from factory.render.outputs import OutputFile
 from factory.synthesis.kv_store import KvCommand
 
 _NOT_JUDGED = JudgedVersion(None, "not judged")
@@ -29,8 +29,6 @@ class Blueprint:
     server: Server  # the API port and health check every image serves with
     deployments: tuple[Deployment, ...]
     image_files: tuple[OutputFile, ...]  # the build context under images/ (none when unbuildable)
-    compose_files: tuple[OutputFile, ...]  # every deployment's files under compose/
-    k8s_files: tuple[OutputFile, ...]  # every deployment's manifests under k8s/ (P/D not yet)
     findings: tuple[Finding, ...]
     notes: tuple[str, ...]  # what the recipe sets that the factory does not use, with why
     ignored: tuple[str, ...] = ()  # the recipe's keys the site does not read (factory.recipes.ignored)
@@ -49,10 +47,6 @@ class Blueprint:
             value=strategy,
             valid=sorted({d.strategy for d in self.deployments}),
         )
-
-    @property
-    def files(self) -> tuple[OutputFile, ...]:
-        return self.image_files + self.compose_files + self.k8s_files
 
 
 @dataclass(frozen=True)
@@ -89,7 +83,3 @@ class Blueprints:
     @property
     def deployments(self) -> list[Deployment]:
         return [deployment for blueprint in self.images for deployment in blueprint.deployments]
-
-    def files(self) -> list[OutputFile]:
-        """Every image's and every deployment's files (the bake file and manifest are generate's)."""
-        return [file for blueprint in self.images for file in blueprint.files]

@@ -13,6 +13,7 @@ from factory.lock.pins import pinned_vllm
 from factory.lockfile.model import Release
 from factory.plan import naming
 from factory.plan.deployments import PlannedCommands, common_env, default_command, plan_commands
+from factory.plan.hashing import hashed_context
 from factory.plan.images import kv_image_spec, locked_release, plan_image_spec, weights_of
 from factory.plan.kv import plan_kv
 from factory.plan.models import Deployment, ImagePlan, ImageSpec, Skipped
@@ -23,8 +24,6 @@ from factory.plan.runspec import Run
 from factory.plan.versions import judged_version
 from factory.project import Project
 from factory.recipes.loader import LoadedRecipe, RecipeProblem, RecipeTree
-from factory.render.hashing import hashed_context
-from factory.render.outputs import compose_outputs, kubernetes_outputs
 from factory.router.image import router_image
 from factory.router.lock import PLATFORM as ROUTER_PLATFORM
 from factory.synthesis import kv_store
@@ -147,8 +146,6 @@ def finish(
         server=server,
         deployments=deployments,
         image_files=tuple(image_files),
-        compose_files=tuple(file for d in deployments for file in compose_outputs(d)),
-        k8s_files=tuple(file for d in deployments for file in kubernetes_outputs(d)),
         findings=tuple(preflight(project, image, [role for d in deployments for role in d.roles])),
         notes=loaded.notes,
         ignored=tuple(key.field for key in loaded.ignored),
@@ -209,8 +206,6 @@ def finish_kv(
         server=plain.server,
         deployments=tuple(deployments),
         image_files=tuple(image_files),
-        compose_files=tuple(file for d in deployments for file in compose_outputs(d)),
-        k8s_files=tuple(file for d in deployments for file in kubernetes_outputs(d)),
         findings=plain.findings,
         notes=plain.notes,
         ignored=plain.ignored,

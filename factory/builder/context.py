@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Protocol
 
 from factory.base.errors import InputError
+from factory.base.outputs import difference
 from factory.base.settings import BuildSettings, Network
 from factory.blueprint import Blueprint
-from factory.generate.writer import difference
 from factory.plan.models import ImagePlan
 
 

@@ -49,7 +49,7 @@ def cmd_renderings(project: Project, args: argparse.Namespace) -> int:
     import json
 
     from factory.blueprint import plan_project
-    from factory.report.renderings import all_renderings
+    from factory.render.renderings import all_renderings
 
     blueprints = plan_project(project, args.nodes)
     for line in all_renderings(blueprints):
@@ -59,8 +59,8 @@ def cmd_renderings(project: Project, args: argparse.Namespace) -> int:
 
 def cmd_conformance(project: Project, args: argparse.Namespace) -> int:
     from factory.blueprint import plan_project
+    from factory.render.renderings import all_renderings
     from factory.report.conformance import compare, oracle_renderings
-    from factory.report.renderings import all_renderings
 
     comparison = compare(oracle_renderings(args.oracle), all_renderings(plan_project(project)))
     say(comparison.table())
@@ -92,7 +92,7 @@ def cmd_show(project: Project, args: argparse.Namespace) -> int:
     if args.json:
         import json
 
-        from factory.report.renderings import rendering
+        from factory.render.renderings import rendering
 
         say(json.dumps(rendering(blueprint, deployment), ensure_ascii=False))
         return 0

@@ -31,7 +31,7 @@ from factory.base.files import write_text_atomic
 from factory.project import Project
 from factory.recipes import bundled
 from factory.recipes.loader import LoadedRecipe
-from factory.render.outputs import BakeTarget
+from factory.render.bake import BakeTarget
 
 CACHE = Path(".factory-cache") / "generate.json"
 RACY_NS = 100_000_000  # 100 ms: well above the file system clock's tick (1-10 ms on Linux)

@@ -15,6 +15,7 @@ from json.encoder import encode_basestring_ascii
 from pathlib import Path, PurePosixPath
 
 from factory.base.errors import FactoryError
+from factory.base.outputs import OutputFile, differences
 from factory.generate.memory import (
     Remembered,
     intact,
@@ -23,14 +24,13 @@ from factory.generate.memory import (
     shared_inputs,
     write_memory,
 )
+from factory.generate.outputs import shared_files as shared_outputs
 from factory.generate.workers import plan_all
-from factory.generate.writer import differences, on_disk, write_outputs
-from factory.lockfile.published import read_record, record_file
+from factory.generate.writer import on_disk, write_outputs
 from factory.lockfile.store import inputs_digest
 from factory.project import Project
 from factory.recipes.loader import RecipeProblem
-from factory.render import model_cache_claim, published_images
-from factory.render.outputs import BakeTarget, OutputFile, bake_output
+from factory.render.bake import BakeTarget
 from factory.router.image import router_bake_targets, router_files
 
 MANIFEST = PurePosixPath("images/.factory-manifest.json")
@@ -151,8 +151,9 @@ def _plan(project: Project, nodes: int | None, memory: dict[str, Remembered], ch
 
 
 def _shared_files(project: Project, planning: Planning) -> tuple[list[OutputFile], set[str], list[str]]:
-    """The files every recipe shares (bake file, manifest, the router's), every path expected in the output
-    folder, and the files kept for recipes that could not be planned."""
+    """The files over every image (the formats' and options': the bake file, the components; generate's
+    manifest; the router's), every path expected in the output folder, and the files kept for recipes that
+    could not be planned."""
     outputs = {recipe_id: RecipeOutput(sorted(e.files), e.bake) for recipe_id, e in planning.entries.items()}
     previous = read_manifest(project.out)
     for problem in planning.problems:  # a recipe that turned bad keeps what it generated before
@@ -163,22 +164,10 @@ def _shared_files(project: Project, planning: Planning) -> tuple[list[OutputFile
     )
     # The PD router's image (one for every pd_cluster deployment) is built beside the vLLM images.
     targets = [t for o in outputs.values() for t in o.bake] + router_bake_targets(project)
-    shared_files = [bake_output(targets), _manifest_file(outputs), *router_files(project)]
-    shared_files.append(_published_images(project, targets))
-    shared_files.append(model_cache_claim.component(project.catalog.server))
+    shared_files = [*shared_outputs(project, targets), _manifest_file(outputs), *router_files(project)]
     expected = {path for entry in planning.entries.values() for path in entry.files} | set(kept)
     expected |= {file.path.as_posix() for file in shared_files}
     return shared_files, expected, kept
-
-
-def _published_images(project: Project, targets: list[BakeTarget]) -> OutputFile:
-    """The kustomize component pinning published images: read from the record on every run (one small
-    file), so a publish shows in the manifests without planning any recipe again."""
-    path = record_file(project.lock_path)
-    out = project.out.resolve()
-    # Named from the output folder where it lives there (a --recipes tree's lock/), never by machine path.
-    source = path.resolve().relative_to(out).as_posix() if path.resolve().is_relative_to(out) else None
-    return published_images.component(read_record(path), targets, source or project.relative(path))
 
 
 def lock_problems(project: Project) -> list[str]:

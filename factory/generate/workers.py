@@ -17,11 +17,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from factory.base.errors import FactoryError
+from factory.base.outputs import differences
 from factory.blueprint import plan_recipe
 from factory.generate.memory import Remembered, digest_of, stamped
-from factory.generate.writer import OutputWriter, differences
+from factory.generate.outputs import recipe_files
+from factory.generate.writer import OutputWriter
 from factory.project import Project
-from factory.render.outputs import BakeTarget
+from factory.render.bake import BakeTarget
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,7 @@ def _plan_one(task: Task, recipe_id: str) -> Outcome:
         plan = plan_recipe(project, loaded, task.nodes)
     except FactoryError as exc:
         return Outcome(recipe_id, problem=str(exc))
-    files = [file for blueprint in plan.images for file in blueprint.files]
+    files = recipe_files(plan)
     findings: dict[str, list[str]] = {}
     for blueprint in plan.images:
         for finding in blueprint.findings:

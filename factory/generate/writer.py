@@ -16,14 +16,13 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
-import stat
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 from types import TracebackType
 
 from factory.base.errors import InputError
-from factory.render.outputs import OUTPUT_ROOTS, OutputFile, same
+from factory.base.outputs import OUTPUT_ROOTS, OutputFile, same
 
 
 def target(out: Path, path: PurePosixPath) -> Path:

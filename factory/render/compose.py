@@ -8,12 +8,17 @@ process runs with is the run spec's; this module decides no run option.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import PurePosixPath
 
+from factory.base.outputs import OutputFile
+from factory.base.templating import environment
+from factory.blueprint import Blueprint
 from factory.plan.models import Deployment, NodeRole
 from factory.plan.runspec import RunSpec
 from factory.plan.settings import PLACEHOLDER, known_setting, placeholder_names, setting
-from factory.render.templating import environment
+from factory.project import Project
+from factory.render.bake import BakeTarget
 
 # Run spec fields compose files cannot express, and why (a test keeps this list complete).
 CANNOT_EXPRESS = {
@@ -187,3 +192,34 @@ def env_example(deployment: Deployment) -> str | None:
         return None
     settings = {name: setting(name) for name in names}
     return environment().get_template("env.example.j2").render(settings=settings)
+
+
+def files(deployment: Deployment) -> list[OutputFile]:
+    """Each process's compose file, the settings' .env.example, and the configs its processes read."""
+    files = [
+        OutputFile(path(deployment, role), render(deployment, role).encode()) for role in deployment.roles
+    ]
+    example = env_example(deployment)
+    if example is not None:
+        files.append(OutputFile(directory(deployment) / ".env.example", example.encode()))
+    # The config templates its processes read (a KV store's Mooncake configs), beside the files mounting them.
+    configs = {config.file: config for group in deployment.run for config in group.spec.configs}
+    files += [
+        OutputFile(directory(deployment) / name, config.content.encode())
+        for name, config in sorted(configs.items())
+    ]
+    return files
+
+
+class ComposeFormat:
+    """compose/<image>/<hardware>-<variant>/<layout>/: one compose file per process (`docker compose up`)."""
+
+    name = "compose"
+    writes = "compose"
+    cannot_express = CANNOT_EXPRESS
+
+    def render(self, blueprint: Blueprint, deployment: Deployment) -> list[OutputFile]:
+        return files(deployment)
+
+    def finish(self, project: Project, targets: Sequence[BakeTarget]) -> list[OutputFile]:
+        return []

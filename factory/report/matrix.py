@@ -17,12 +17,12 @@ from pathlib import Path
 import docker
 from docker.errors import DockerException
 
+from factory.base.outputs import difference
 from factory.base.reporter import Reporter, silent
+from factory.base.templating import environment
 from factory.base.tools import hadolint_binary
 from factory.blueprint import Blueprint, Blueprints
-from factory.generate.writer import difference
 from factory.plan.models import ImagePlan
-from factory.render.templating import environment
 from factory.report.manifest_records import read_records
 from factory.report.matrix_kubernetes import KubernetesCell, kubernetes_cell
 

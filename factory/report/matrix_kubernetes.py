@@ -16,11 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from factory.base.outputs import OutputFile, difference
 from factory.blueprint import Blueprint
-from factory.generate.writer import difference
 from factory.plan.models import Deployment
 from factory.render import kubernetes
-from factory.render.outputs import OutputFile
 from factory.report.manifest_records import ManifestCheckRecord, folder_digest
 
 KINDS = {
@@ -85,7 +84,7 @@ def kubernetes_cell(
                 waiting[_kind(deployment)] += 1
                 continue
             folder = kubernetes.directory(deployment)
-            mine = [file for file in blueprint.k8s_files if file.path.parent == folder]
+            mine = kubernetes.files(deployment)
             if not _current(out, mine):
                 stale.append(folder.as_posix())
                 continue

@@ -8,11 +8,12 @@ from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, ConfigDict
 
+from factory.base.outputs import OutputFile
+from factory.base.templating import environment
 from factory.plan.naming import REPOSITORY_PREFIX
 from factory.plan.runspec import HealthProbe, Programs, health_probe
 from factory.project import Project
-from factory.render.outputs import BakeTarget, OutputFile
-from factory.render.templating import environment
+from factory.render.bake import BakeTarget
 from factory.router.lock import FOLDER, PACKAGE, RouterLock, lock_path, locked_text, read_router_lock
 from factory.synthesis.options import ServeOptions
 

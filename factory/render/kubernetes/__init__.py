@@ -25,7 +25,7 @@ tests; this package decides no run option.
 """
 
 from factory.render.kubernetes.config_map import settings_used
-from factory.render.kubernetes.files import kustomization, render
+from factory.render.kubernetes.files import files, kustomization, render
 from factory.render.kubernetes.names import (
     CLAIM_COMPONENT,
     COMPONENT_LABEL,
@@ -88,6 +88,7 @@ __all__ = [
     "WAIT_SCRIPT",
     "deployable",
     "directory",
+    "files",
     "kustomization",
     "node_address",
     "object_name",

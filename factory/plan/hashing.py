@@ -11,8 +11,9 @@ import hashlib
 from dataclasses import replace
 from pathlib import Path
 
+from factory.base.outputs import OutputFile
+from factory.plan.context import image_outputs
 from factory.plan.models import ImagePlan, ImageSpec
-from factory.render.outputs import OutputFile, image_outputs
 
 PLACEHOLDER = "0" * 64
 

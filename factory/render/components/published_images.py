@@ -11,10 +11,14 @@ rewrites only that tag's image, not every image of the repository (checked with 
 
 from __future__ import annotations
 
-from factory.lockfile.published import PublishRecord
-from factory.render import yaml_text
+from collections.abc import Mapping, Sequence
+
+from factory.base import yaml_text
+from factory.base.outputs import OutputFile
+from factory.lockfile.published import PublishRecord, read_record, record_file
+from factory.project import Project
+from factory.render.bake import BakeTarget
 from factory.render.kubernetes import IMAGES_COMPONENT
-from factory.render.outputs import BakeTarget, OutputFile
 
 
 def component(record: PublishRecord, targets: list[BakeTarget], source: str) -> OutputFile:
@@ -45,3 +49,23 @@ def component(record: PublishRecord, targets: list[BakeTarget], source: str) -> 
     body = {"apiVersion": "kustomize.config.k8s.io/v1alpha1", "kind": "Component", "images": entries}
     text = "".join(f"{line}\n" for line in lines) + yaml_text.dump(body)
     return OutputFile(IMAGES_COMPONENT / "kustomization.yaml", text.encode())
+
+
+class PublishedImages:
+    """The published-images component (k8s/_published/): read from the publish record on every run (one small
+    file), so a publish shows in the manifests without planning any recipe again."""
+
+    name = "published-images"
+    writes = "k8s"
+    cannot_express: Mapping[str, str] = {}
+
+    def render(self, blueprint: object, deployment: object) -> list[OutputFile]:
+        return []
+
+    def finish(self, project: Project, targets: Sequence[BakeTarget]) -> list[OutputFile]:
+        path = record_file(project.lock_path)
+        out = project.out.resolve()
+        # Named from the output folder where it lives there (a --recipes tree's lock/), never by machine path.
+        inside = path.resolve().is_relative_to(out)
+        source = path.resolve().relative_to(out).as_posix() if inside else project.relative(path)
+        return [component(read_record(path), list(targets), source)]

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
 from functools import cache
 
 import jinja2
 
 from factory.base.image_paths import TEMPLATE_GLOBALS
-from factory.plan.models import ImageSpec, image_labels
-from factory.render.yaml_text import scalar
+from factory.base.yaml_text import scalar
 
 # Matched whole: with `$`, a value ending in a newline took the fast path and wrote a raw line break.
 _PLAIN = re.compile(r'[^"\\\x00-\x1f\x7f-\U0010ffff]*')
@@ -52,13 +50,3 @@ def environment() -> jinja2.Environment:
     env.filters["key"] = scalar
     env.globals.update(TEMPLATE_GLOBALS)
     return env
-
-
-def render_dockerfile(image: ImageSpec, inputs_hash: str) -> str:
-    assert image.install is not None
-    template = environment().get_template(f"Dockerfile.{image.install.kind}.j2")
-    return template.render(image=image, labels=image_labels(image, inputs_hash))
-
-
-def render_bake(targets: Sequence[object], groups: dict[str, list[str]]) -> str:
-    return environment().get_template("docker-bake.hcl.j2").render(targets=targets, groups=groups)

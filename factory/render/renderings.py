@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Sequence
+from pathlib import PurePosixPath
 from typing import Any
 
+from factory.base.outputs import OutputFile
 from factory.blueprint import Blueprint, Blueprints
 from factory.plan.deployments import env_text
 from factory.plan.models import Deployment, NodeRole, Skipped
+from factory.project import Project
 from factory.recipes.loader import LoadedRecipe, RecipeProblem
+from factory.render.bake import BakeTarget
 from factory.synthesis.kv_store import KvCommand
 
 
@@ -181,3 +186,27 @@ def all_renderings(blueprints: Blueprints) -> list[dict[str, Any]]:
     lines += [skipped_line(skipped) for skipped in blueprints.skipped]
     lines += [problem_line(problem) for problem in blueprints.problems]
     return lines
+
+
+class RenderingsFormat:
+    """`factory renderings`: each deployment as one JSON object in the site's JSON API shape, printed (written
+    nowhere). A KV-store deployment's object is made from the site's own KV command beside it (kv_rendering):
+    all_renderings prints those, with the combinations skipped and the recipes that failed."""
+
+    name = "renderings"
+    writes = None
+    # What the site's JSON API has no key for: the run spec beyond each process's argv and environment.
+    cannot_express = dict.fromkeys(
+        ("after", "configs", "probe", "port", "volumes", "requests", "restart", "secrets"),
+        "the site's JSON API names each process's argv and environment only",
+    )
+
+    def render(self, blueprint: Blueprint, deployment: Deployment) -> list[OutputFile]:
+        if blueprint.kv_store:
+            return []
+        line = json.dumps(rendering(blueprint, deployment), ensure_ascii=False)
+        path = PurePosixPath("renderings", deployment.image.slug, f"{deployment.layout}.json")
+        return [OutputFile(path, line.encode())]
+
+    def finish(self, project: Project, targets: Sequence[BakeTarget]) -> list[OutputFile]:
+        return []

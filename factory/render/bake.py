@@ -1,0 +1,61 @@
+"""images/docker-bake.hcl: every buildable image as a `docker buildx bake` target, with its platform and
+tags, grouped by hardware and by platform."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from factory.base.outputs import OutputFile
+from factory.base.templating import environment
+from factory.plan.models import ImagePlan
+
+
+def render_bake(targets: Sequence[object], groups: dict[str, list[str]]) -> str:
+    return environment().get_template("docker-bake.hcl.j2").render(targets=targets, groups=groups)
+
+
+@dataclass(frozen=True)
+class BakeTarget:
+    """One image as a `docker buildx bake` target; groups are its hardware and its platform."""
+
+    name: str
+    context: str
+    platform: str
+    tags: tuple[str, ...]
+    hardware: str
+
+    @staticmethod
+    def of(image: ImagePlan) -> BakeTarget:
+        return BakeTarget(
+            name=f"{image.slug}-{image.tag}".replace(".", "-"),
+            context=image.directory.as_posix(),
+            platform=image.platform,
+            tags=(image.reference, image.immutable_reference),
+            hardware=image.hardware,
+        )
+
+
+def bake_output(targets: list[BakeTarget]) -> OutputFile:
+    """images/docker-bake.hcl: every image as a buildx target with its platform (arm64 for Grace trays)."""
+    groups: dict[str, list[str]] = {}
+    for target in targets:
+        for group in (target.hardware, target.platform.replace("linux/", "")):
+            groups.setdefault(group, []).append(target.name)
+    text = render_bake(targets, dict(sorted(groups.items())))
+    return OutputFile(PurePosixPath("images/docker-bake.hcl"), text.encode())
+
+
+class BakeFormat:
+    """images/docker-bake.hcl: one file over every image (`docker buildx bake -f images/docker-bake.hcl`)."""
+
+    name = "bake"
+    writes = "images"
+    cannot_express: Mapping[str, str] = {}  # it names images to build: no process runs from it
+
+    def render(self, blueprint: object, deployment: object) -> list[OutputFile]:
+        return []
+
+    def finish(self, project: object, targets: Sequence[BakeTarget]) -> list[OutputFile]:
+        return [bake_output(list(targets))]

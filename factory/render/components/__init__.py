@@ -1,0 +1,1 @@
+"""Kustomize components a user switches on from a kustomization of their own."""
