@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from factory.plan.models import Deployment
+from factory.plan.deployment import Deployment
 from factory.project import Project
 from factory.render import kubernetes
 from tests.cluster import (

@@ -23,7 +23,7 @@ import yaml
 from factory.base import yaml_text
 from factory.base.errors import InputError
 from factory.blueprint import plan_recipe
-from factory.plan.models import Deployment, NodeRole
+from factory.plan.deployment import Deployment, NodeRole
 from factory.project import Project, load_project
 from factory.render import compose, kubernetes
 from factory.router.image import router_image

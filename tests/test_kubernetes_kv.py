@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from factory.blueprint import plan_recipe
-from factory.plan.models import Deployment
+from factory.plan.deployment import Deployment
 from factory.project import Project, load_project
 from factory.render import kubernetes
 from tests import kubernetes_checks as checks

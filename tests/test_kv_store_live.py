@@ -30,7 +30,7 @@ import requests
 
 from factory.base.tools import compose_binary
 from factory.blueprint import plan_recipe
-from factory.plan.models import Deployment
+from factory.plan.deployment import Deployment
 from factory.project import Project
 from factory.render import compose
 from tests.conftest import ROOT, TINY, kv_blueprint

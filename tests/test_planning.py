@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from factory.blueprint import plan_project, plan_recipe
-from factory.plan.models import Deployment, FlagEdit, ImagePlan
+from factory.plan.deployment import Deployment, FlagEdit
+from factory.plan.models import ImagePlan
 from factory.plan.preflight import preflight
 from factory.project import Project, load_project
 from factory.recipes.loader import load_tree

@@ -25,7 +25,7 @@ from factory.base.errors import InputError
 from factory.blueprint import plan_recipe
 from factory.builder.builder import BuildResult
 from factory.engine.connect import OWNER_LABEL
-from factory.plan.models import Deployment
+from factory.plan.deployment import Deployment
 from factory.plan.runspec import RunSpec
 from factory.project import Project
 from factory.recipes.loader import load_tree

@@ -24,7 +24,7 @@ from factory.base.tools import compose_binary
 from factory.blueprint import plan_recipe
 from factory.blueprint.select import select
 from factory.catalog.schema import GpuRequest, PodRequests, Secret, Volume
-from factory.plan.models import Deployment
+from factory.plan.deployment import Deployment
 from factory.plan.runspec import ConfigMount, FromIndex, RunSpec
 from factory.project import Project, load_project
 from factory.render import compose, docker_run, kubernetes

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from factory.base.errors import InputError
 from factory.base.outputs import OutputFile
 from factory.catalog.schema import Server, Vendor
-from factory.plan.models import Deployment, ImagePlan, Skipped
+from factory.plan.deployment import Deployment, Skipped
+from factory.plan.models import ImagePlan
 from factory.plan.preflight import Finding
 from factory.plan.versions import JudgedVersion
 from factory.recipes.loader import LoadedRecipe, RecipeProblem

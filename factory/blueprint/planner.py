@@ -12,11 +12,12 @@ from factory.lock.mooncake import floor as mooncake_floor
 from factory.lock.pins import pinned_vllm
 from factory.lockfile.model import Release
 from factory.plan import naming
-from factory.plan.deployments import PlannedCommands, common_env, default_command, plan_commands
+from factory.plan.commands import PlannedCommands, common_env, default_command, plan_commands
+from factory.plan.deployment import Deployment, Skipped
 from factory.plan.hashing import hashed_context
 from factory.plan.images import kv_image_spec, locked_release, plan_image_spec, weights_of
 from factory.plan.kv import plan_kv
-from factory.plan.models import Deployment, ImagePlan, ImageSpec, Skipped
+from factory.plan.models import ImagePlan, ImageSpec
 from factory.plan.omni import plan_omni
 from factory.plan.preflight import preflight
 from factory.plan.running import process_groups

@@ -6,7 +6,7 @@ from __future__ import annotations
 from factory.base.errors import InputError
 from factory.blueprint import Blueprint, plan_recipe
 from factory.plan import naming
-from factory.plan.models import Deployment
+from factory.plan.deployment import Deployment
 from factory.project import Project
 from factory.recipes.loader import LoadedRecipe
 from factory.synthesis.kv_offload import offered, refusal

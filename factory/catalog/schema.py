@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Literal
 
 from packaging.specifiers import SpecifierSet
-from packaging.version import Version
 
 from factory.base.models import Count, Strict
+from factory.catalog.releases import DeviationRule, KnownBadPin, OmniCatalog, OmniRefusal, OmniRelease
 from factory.catalog.serving import (
     MooncakeProcess,
     MooncakeProcesses,
@@ -17,10 +17,16 @@ from factory.catalog.serving import (
     Server,
     Volume,
 )
+from factory.catalog.sourced import Sourced
 
 __all__ = [
+    "DeviationRule",
+    "KnownBadPin",
     "MooncakeProcess",
     "MooncakeProcesses",
+    "OmniCatalog",
+    "OmniRefusal",
+    "OmniRelease",
     "PodRequests",
     "RouterProcess",
     "Secret",
@@ -29,12 +35,6 @@ __all__ = [
 ]
 
 Platform = Literal["linux/amd64", "linux/arm64"]
-
-
-class Sourced(Strict):
-    """A fact that could not be checked here carries where it was read."""
-
-    source: str
 
 
 class ArchCoverage(Sourced):
@@ -190,87 +190,6 @@ class Hardware(Strict):
     base_image: str | None = None  # None when the install brings its own (a vendor image)
     sources: list[str] = []
     notes: list[Sourced] = []
-
-
-class KnownBadPin(Sourced):
-    vllm: str
-    reason: str
-
-
-class DeviationRule(Strict):
-    """A deliberate difference from the upstream site's commands, applied to every process it matches."""
-
-    flag: str  # the flag the rule adds or changes
-    reason: str
-    program: Literal["vllm", "vllm-router"] = "vllm"  # the processes it applies to
-    when_present: list[str] = []  # every one of these flags is in the command
-    when_absent: list[str] = []  # none of these is
-    when_nonzero: list[str] = []  # each of these flags is there with a value other than 0
-    when_host_network: bool = False  # only processes of deployments on the host's network (multi-node, PD)
-    # Appended (the flag and its value) unless the command already has `flag`; {bind_address} is the address
-    # the process must listen on: its own node's for a PD pool (the router calls it), else $BIND_ADDRESS;
-    # {workers_start_s} the start budget of the vLLM processes the router fronts.
-    add: list[str] = []
-    # The flag each of whose values (given once per value) becomes a value of `flag`, once: vllm-router
-    # takes its backends as `--worker-urls A B`, where the site writes `--backend-url A --backend-url B`.
-    gather: str | None = None
-    # Split an entry holding a flag and its value (`--max-model-len auto`) into the two words it is.
-    split_flag_and_value: bool = False
-    # The flag's value -> its replacement ({context_length} is the model's), or null to drop the flag.
-    replace_values: dict[str, str | None] = {}
-    # A PEP 440 specifier: only for these vLLM versions. With no readable version (a `nightly` image, no
-    # lock and no floor) an `add` rule still applies; a rule that changes the recipe's own flag does not.
-    vllm: str | None = None
-    sources: list[str] = []
-
-    def applies_to(self, version: str | None) -> bool:
-        if self.vllm is None:
-            return True
-        if version is None:
-            return not self.replace_values
-        return SpecifierSet(self.vllm).contains(version, prereleases=True)
-
-
-class OmniRelease(Sourced):
-    """One vllm-omni release and the vLLM series (major.minor) it runs with, read from its project."""
-
-    omni: str
-    vllm: str  # "0.30": any 0.30.x
-
-
-class OmniRefusal(Sourced):
-    """Where no omni image can exist (an accelerator, a platform, or both), and why."""
-
-    accelerator: str | None = None
-    platform: str | None = None
-    from_omni: str | None = None  # the first vllm-omni release it holds for (fa3-fwd: from 0.14.0); None: all
-    why: str
-
-    def matches(self, accelerator: str, platform: str | None, omni: str | None = None) -> bool:
-        same_platform = self.platform is None or (platform is not None and self.platform == platform)
-        same_release = self.from_omni is None or omni is None or Version(omni) >= Version(self.from_omni)
-        return (
-            (self.accelerator is None or self.accelerator == accelerator) and same_platform and same_release
-        )
-
-
-class OmniCatalog(Sourced):
-    """vllm-omni: its releases with the vLLM each runs with, and where no omni image can exist."""
-
-    package: str = "vllm-omni"
-    releases: list[OmniRelease] = []
-    refusals: list[OmniRefusal] = []
-
-    def release_for(self, vllm: str) -> OmniRelease | None:
-        """The vllm-omni release that runs with this vLLM release (the same major.minor), if any."""
-        series = ".".join(vllm.split(".")[:2])
-        return next((r for r in self.releases if r.vllm == series), None)
-
-    def refusal(self, accelerator: str, platform: str | None, omni: str | None = None) -> str | None:
-        """Why no omni image can exist for this accelerator (on this platform, with this vllm-omni release,
-        when given); else None."""
-        found = next((r for r in self.refusals if r.matches(accelerator, platform, omni)), None)
-        return f"{found.why} (source: {found.source})" if found else None
 
 
 class Catalog(Strict):

@@ -94,6 +94,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser = add_parser  # type: ignore[method-assign]
 
+    _add_generate_and_lock(sub)
+    _add_reading(sub)
+    _add_building(sub)
+    _add_publishing(sub)
+    return parser
+
+
+def _add_generate_and_lock(sub: Any) -> None:
+    """generate, renderings, lock, check-args."""
     gen = sub.add_parser("generate", help="write images/ and compose/ from the recipes and the catalog")
     gen.add_argument(
         "--check", action="store_true", help="write nothing; fail if the committed files are stale"
@@ -138,6 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     args_check.set_defaults(func=cmd_check_args)
 
+
+def _add_reading(sub: Any) -> None:
+    """matrix, conformance, show, list: what the factory tells people."""
     matrix = sub.add_parser(
         "matrix",
         help="write reports/matrix.html and .md: how far each model and variant got on each hardware",
@@ -182,6 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
     lst = sub.add_parser("list", help="list every image the recipes and catalog define")
     lst.set_defaults(func=cmd_list)
 
+
+def _add_building(sub: Any) -> None:
+    """build, build-router, validate."""
     build = sub.add_parser(
         "build", help="build (and tag) the images of one model on one hardware, via BuildKit"
     )
@@ -214,6 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     validate.set_defaults(func=cmd_validate)
 
+
+def _add_publishing(sub: Any) -> None:
+    """publish, publish-platforms, sbom, and the test bench's settings."""
     publish = sub.add_parser(
         "publish", help="push the tags of validated images and check the registry's digest"
     )
@@ -255,7 +273,6 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--base-image", required=True)
     bench.add_argument("--output", type=Path, required=True)
     bench.set_defaults(func=cmd_testbench_settings)
-    return parser
 
 
 def _add_network_arg(parser: argparse.ArgumentParser) -> None:

@@ -18,7 +18,8 @@ from packaging.version import Version
 from factory.catalog.schema import Install
 from factory.lock import index
 from factory.lock.choose import Ask
-from factory.lock.sets import SetBook, install_sources
+from factory.lock.resolve import install_sources
+from factory.lock.sets import SetBook
 from factory.lockfile.model import PassedOver, Release, set_key
 
 

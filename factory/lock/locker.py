@@ -21,7 +21,9 @@ from factory.lock.choose import Ask, ask, choose, recipe_image, release_of
 from factory.lock.installable import Answers, first_installable
 from factory.lock.mooncake import lock_mooncake
 from factory.lock.omni import choose_omni
-from factory.lock.sets import LockPlace, SetBook, install_sources, missing_of, uv_sets
+from factory.lock.resolve import install_sources
+from factory.lock.sets import LockPlace, SetBook, missing_of
+from factory.lock.uv import uv_sets
 from factory.lockfile.model import Lock, LockedSet, PassedOver, Release, set_key
 from factory.lockfile.store import inputs_digest, write_lock
 from factory.project import Project

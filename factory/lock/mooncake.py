@@ -23,7 +23,7 @@ from factory.base.reporter import Reporter
 from factory.base.settings import BuildSettings
 from factory.catalog.schema import Catalog
 from factory.lock import index
-from factory.lock.sets import install_sources
+from factory.lock.resolve import install_sources
 from factory.lockfile.model import (
     Lock,
     LockedSet,

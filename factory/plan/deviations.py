@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from factory.catalog.schema import DeviationRule
-from factory.plan.models import Deviation, FlagEdit
+from factory.plan.deployment import Deviation, FlagEdit
 from factory.recipes.grammar import FLAG_AND_VALUE
 from factory.synthesis.args import units
 

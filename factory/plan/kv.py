@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 from factory.base.errors import InputError
 from factory.catalog.schema import Mooncake
-from factory.plan.deployments import Finisher, env_text
-from factory.plan.models import ConfigEdit, Deviation, EnvEdit, FlagEdit, NodeRole, node_role
+from factory.plan.commands import Finisher, env_text
+from factory.plan.deployment import ConfigEdit, Deviation, EnvEdit, FlagEdit, NodeRole, node_role
 from factory.plan.runspec import FILL, ConfigMount, Launch
 from factory.plan.settings import placeholder_names
 from factory.project import Project

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from factory.plan.deployments import PlannedCommands, env_text
-from factory.plan.models import node_role
+from factory.plan.commands import PlannedCommands, env_text
+from factory.plan.deployment import node_role
 from factory.project import Project
 from factory.recipes.loader import LoadedRecipe
 from factory.synthesis.features import default_features

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from factory.plan.models import ImageSpec, NodeRole
+from factory.plan.deployment import NodeRole
+from factory.plan.models import ImageSpec
 from factory.project import Project
 
 

@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 
 from factory.catalog.schema import PodRequests
-from factory.plan.models import NodeRole
+from factory.plan.deployment import NodeRole
 from factory.plan.runspec import (
     Launch,
     ProcessGroup,

@@ -3,7 +3,7 @@ tags, grouped by hardware and by platform."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -45,17 +45,3 @@ def bake_output(targets: list[BakeTarget]) -> OutputFile:
             groups.setdefault(group, []).append(target.name)
     text = render_bake(targets, dict(sorted(groups.items())))
     return OutputFile(PurePosixPath("images/docker-bake.hcl"), text.encode())
-
-
-class BakeFormat:
-    """images/docker-bake.hcl: one file over every image (`docker buildx bake -f images/docker-bake.hcl`)."""
-
-    name = "bake"
-    writes = "images"
-    cannot_express: Mapping[str, str] = {}  # it names images to build: no process runs from it
-
-    def render(self, blueprint: object, deployment: object) -> list[OutputFile]:
-        return []
-
-    def finish(self, project: object, targets: Sequence[BakeTarget]) -> list[OutputFile]:
-        return [bake_output(list(targets))]

@@ -8,17 +8,13 @@ process runs with is the run spec's; this module decides no run option.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from pathlib import PurePosixPath
 
 from factory.base.outputs import OutputFile
 from factory.base.templating import environment
-from factory.blueprint import Blueprint
-from factory.plan.models import Deployment, NodeRole
+from factory.plan.deployment import Deployment, NodeRole
 from factory.plan.runspec import RunSpec
 from factory.plan.settings import PLACEHOLDER, known_setting, placeholder_names, setting
-from factory.project import Project
-from factory.render.bake import BakeTarget
 
 # Run spec fields compose files cannot express, and why (a test keeps this list complete).
 CANNOT_EXPRESS = {
@@ -209,17 +205,3 @@ def files(deployment: Deployment) -> list[OutputFile]:
         for name, config in sorted(configs.items())
     ]
     return files
-
-
-class ComposeFormat:
-    """compose/<image>/<hardware>-<variant>/<layout>/: one compose file per process (`docker compose up`)."""
-
-    name = "compose"
-    writes = "compose"
-    cannot_express = CANNOT_EXPRESS
-
-    def render(self, blueprint: Blueprint, deployment: Deployment) -> list[OutputFile]:
-        return files(deployment)
-
-    def finish(self, project: Project, targets: Sequence[BakeTarget]) -> list[OutputFile]:
-        return []

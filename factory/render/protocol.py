@@ -16,12 +16,13 @@ Adding either is one module and one line in factory.render.registry.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from factory.base.outputs import OutputFile
 from factory.blueprint import Blueprint
-from factory.plan.models import Deployment
+from factory.plan.deployment import Deployment
 from factory.project import Project
 from factory.render.bake import BakeTarget
 
@@ -39,3 +40,35 @@ class OutputFormat(Protocol):
     def render(self, blueprint: Blueprint, deployment: Deployment) -> list[OutputFile]: ...
 
     def finish(self, project: Project, targets: Sequence[BakeTarget]) -> list[OutputFile]: ...
+
+
+@dataclass(frozen=True)
+class PerDeployment:
+    """A format whose files are a function of one deployment (compose, Kubernetes)."""
+
+    name: str
+    writes: str | None
+    files: Callable[[Deployment], list[OutputFile]]
+    cannot_express: Mapping[str, str] = field(default_factory=dict)
+
+    def render(self, blueprint: Blueprint, deployment: Deployment) -> list[OutputFile]:
+        return self.files(deployment)
+
+    def finish(self, project: Project, targets: Sequence[BakeTarget]) -> list[OutputFile]:
+        return []
+
+
+@dataclass(frozen=True)
+class OverAllImages:
+    """A format or option whose files are made once over every image planned (the bake file, a component)."""
+
+    name: str
+    writes: str | None
+    files: Callable[[Project, Sequence[BakeTarget]], list[OutputFile]]
+    cannot_express: Mapping[str, str] = field(default_factory=dict)
+
+    def render(self, blueprint: Blueprint, deployment: Deployment) -> list[OutputFile]:
+        return []
+
+    def finish(self, project: Project, targets: Sequence[BakeTarget]) -> list[OutputFile]:
+        return self.files(project, targets)

@@ -4,17 +4,24 @@ implements factory.render.protocol.OutputFormat and a line here."""
 
 from __future__ import annotations
 
-from factory.render.bake import BakeFormat
-from factory.render.components.model_cache_claim import ModelCacheClaim
-from factory.render.components.published_images import PublishedImages
-from factory.render.compose import ComposeFormat
-from factory.render.kubernetes.files import KubernetesFormat
-from factory.render.protocol import OutputFormat
+from factory.render import bake, compose, kubernetes
+from factory.render.components import model_cache_claim, published_images
+from factory.render.protocol import OutputFormat, OverAllImages, PerDeployment
 from factory.render.renderings import RenderingsFormat
 
-FORMATS: tuple[OutputFormat, ...] = (ComposeFormat(), KubernetesFormat(), BakeFormat(), RenderingsFormat())
+FORMATS: tuple[OutputFormat, ...] = (
+    PerDeployment("compose", "compose", compose.files, compose.CANNOT_EXPRESS),
+    PerDeployment("k8s", "k8s", kubernetes.files, kubernetes.CANNOT_EXPRESS),
+    OverAllImages("bake", "images", lambda project, targets: [bake.bake_output(list(targets))]),
+    RenderingsFormat(),
+)
 # Kustomize components a user switches on from a kustomization of their own.
-OPTIONS: tuple[OutputFormat, ...] = (ModelCacheClaim(), PublishedImages())
+OPTIONS: tuple[OutputFormat, ...] = (
+    OverAllImages(
+        "model-cache-claim", "k8s", lambda project, _: [model_cache_claim.component(project.catalog.server)]
+    ),
+    OverAllImages("published-images", "k8s", published_images.files),
+)
 
 
 def by_name(name: str) -> OutputFormat:

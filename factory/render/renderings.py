@@ -15,8 +15,8 @@ from typing import Any
 
 from factory.base.outputs import OutputFile
 from factory.blueprint import Blueprint, Blueprints
-from factory.plan.deployments import env_text
-from factory.plan.models import Deployment, NodeRole, Skipped
+from factory.plan.commands import env_text
+from factory.plan.deployment import Deployment, NodeRole, Skipped
 from factory.project import Project
 from factory.recipes.loader import LoadedRecipe, RecipeProblem
 from factory.render.bake import BakeTarget

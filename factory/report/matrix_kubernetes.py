@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 
 from factory.base.outputs import OutputFile, difference
 from factory.blueprint import Blueprint
-from factory.plan.models import Deployment
+from factory.plan.deployment import Deployment
 from factory.render import kubernetes
 from factory.report.manifest_records import ManifestCheckRecord, folder_digest
 

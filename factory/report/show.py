@@ -8,7 +8,8 @@ from __future__ import annotations
 import re
 
 from factory.blueprint import Blueprint
-from factory.plan.models import Deployment, ImagePlan, NodeRole
+from factory.plan.deployment import Deployment, NodeRole
+from factory.plan.models import ImagePlan
 from factory.plan.settings import setting
 from factory.recipes.tree_schema import KvOffloadOption
 from factory.render import compose

@@ -8,6 +8,7 @@ every node: data parallel (DEP, hybrid load balancing) or tensor parallel (TP, T
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from factory.recipes.schema import Recipe
 from factory.recipes.tree_schema import HardwareProfile, Strategy
@@ -16,6 +17,21 @@ from factory.synthesis.hardware import generation_block
 from factory.synthesis.values import node_rank, start_rank
 
 HEAD = "$HEAD_IP"  # the rendezvous host, as the site spells it; compose files fill it from the settings
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node of a multi-node deployment, as a layout reads it: the recipe and strategy, the hardware
+    profile (its GPUs on this node), how many nodes, the node's rank (0: the head) and where ranks meet."""
+
+    recipe: Recipe
+    strategy_name: str
+    profile: HardwareProfile
+    profile_id: str
+    gpus: int
+    nodes: int
+    rank: int
+    head: str
 
 
 def layout_of(strategy: Strategy) -> str:
@@ -40,27 +56,17 @@ def args(
 ) -> list[str]:
     """`head`: the address every rank meets at (a KV-store deployment's instance names its own)."""
     mp_rank = max(1, rank) if node_role == "worker" else 0
-    gpus = profile.gpu_count or 1
-    layout = LAYOUTS[layout_of(strategy)]
-    return layout(recipe, strategy_name, profile, profile_id, gpus, nodes, mp_rank, head)
+    at = Node(recipe, strategy_name, profile, profile_id, profile.gpu_count or 1, nodes, mp_rank, head)
+    return LAYOUTS[layout_of(strategy)](at)
 
 
-def _data_parallel(
-    recipe: Recipe,
-    strategy_name: str,
-    profile: HardwareProfile,
-    profile_id: str,
-    gpus: int,
-    nodes: int,
-    rank: int,
-    head: str,
-) -> list[str]:
+def _data_parallel(at: Node) -> list[str]:
     """DEP: every GPU of every node is a DP rank; node r starts at r x its local DP size."""
-    override = recipe.strategy_overrides.get(strategy_name)
-    local = gpus
+    override = at.recipe.strategy_overrides.get(at.strategy_name)
+    local = at.gpus
     if override:
-        generation = generation_block(override.hardware_overrides, profile)
-        exact = override.hardware_overrides.get(profile_id)
+        generation = generation_block(override.hardware_overrides, at.profile)
+        exact = override.hardware_overrides.get(at.profile_id)
         flags = [
             *override.vllm_args,
             *override.extra_args,
@@ -69,64 +75,37 @@ def _data_parallel(
         ]
         declared = flag_value(flags, "--data-parallel-size-local")
         # ASCII digits only: `²` passes str.isdigit() and crashes int().
-        local = int(declared) if declared and declared.isascii() and declared.isdigit() else gpus
-    found = ["--data-parallel-size", str(gpus * nodes), "--data-parallel-size-local", str(gpus)]
-    found += ["--data-parallel-address", head]
-    if rank:
-        found += ["--data-parallel-start-rank", start_rank(rank, local)]
+        local = int(declared) if declared and declared.isascii() and declared.isdigit() else at.gpus
+    found = ["--data-parallel-size", str(at.gpus * at.nodes), "--data-parallel-size-local", str(at.gpus)]
+    found += ["--data-parallel-address", at.head]
+    if at.rank:
+        found += ["--data-parallel-start-rank", start_rank(at.rank, local)]
     return found
 
 
-def _pipeline(
-    recipe: Recipe,
-    strategy_name: str,
-    profile: HardwareProfile,
-    profile_id: str,
-    gpus: int,
-    nodes: int,
-    rank: int,
-    head: str,
-) -> list[str]:
+def _pipeline(at: Node) -> list[str]:
     """TP inside each node, PP across nodes, through vLLM's multiprocessing launcher."""
     return [
         "--tensor-parallel-size",
-        str(gpus),
+        str(at.gpus),
         "--pipeline-parallel-size",
-        str(nodes),
-        *_mp(nodes, rank, head),
+        str(at.nodes),
+        *_mp(at.nodes, at.rank, at.head),
     ]
 
 
-def _replica_per_node(
-    recipe: Recipe,
-    strategy_name: str,
-    profile: HardwareProfile,
-    profile_id: str,
-    gpus: int,
-    nodes: int,
-    rank: int,
-    head: str,
-) -> list[str]:
+def _replica_per_node(at: Node) -> list[str]:
     """TP inside each node, one DP rank (a full replica) per node."""
-    found = ["--tensor-parallel-size", str(gpus), "--data-parallel-size", str(nodes)]
-    found += ["--data-parallel-size-local", "1", "--data-parallel-address", head]
-    if rank:
-        found += ["--data-parallel-start-rank", start_rank(rank, 1)]
+    found = ["--tensor-parallel-size", str(at.gpus), "--data-parallel-size", str(at.nodes)]
+    found += ["--data-parallel-size-local", "1", "--data-parallel-address", at.head]
+    if at.rank:
+        found += ["--data-parallel-start-rank", start_rank(at.rank, 1)]
     return found
 
 
-def _tensor_parallel(
-    recipe: Recipe,
-    strategy_name: str,
-    profile: HardwareProfile,
-    profile_id: str,
-    gpus: int,
-    nodes: int,
-    rank: int,
-    head: str,
-) -> list[str]:
+def _tensor_parallel(at: Node) -> list[str]:
     """TP (or TEP) over every GPU of every node; every node runs the same engine at its own rank."""
-    return ["--tensor-parallel-size", str(gpus * nodes), *_mp(nodes, rank, head)]
+    return ["--tensor-parallel-size", str(at.gpus * at.nodes), *_mp(at.nodes, at.rank, at.head)]
 
 
 def _mp(nodes: int, rank: int, head: str) -> list[str]:
@@ -134,7 +113,7 @@ def _mp(nodes: int, rank: int, head: str) -> list[str]:
     return [*found, "--headless"] if rank > 0 else found
 
 
-Layout = Callable[[Recipe, str, HardwareProfile, str, int, int, int, str], list[str]]
+Layout = Callable[[Node], list[str]]
 LAYOUTS: dict[str, Layout] = {
     "tp_pp": _pipeline,
     "tp_dp": _replica_per_node,

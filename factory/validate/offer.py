@@ -12,7 +12,7 @@ from pathlib import Path
 from factory.blueprint import Blueprint
 from factory.catalog.schema import Vendor
 from factory.engine.connect import EngineFacts
-from factory.plan.models import Deployment
+from factory.plan.deployment import Deployment
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ from factory.base.reporter import Reporter, silent
 from factory.blueprint import Blueprint
 from factory.engine.connect import connect, engine_facts
 from factory.engine.leftovers import sweep
-from factory.plan.models import Deployment, ImagePlan
+from factory.plan.deployment import Deployment
+from factory.plan.models import ImagePlan
 from factory.render import compose
 from factory.validate import checklist, static
 from factory.validate.checklist import Decision, Target

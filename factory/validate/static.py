@@ -12,7 +12,8 @@ import docker
 
 from factory.base import image_paths
 from factory.engine.leftovers import labels
-from factory.plan.models import Deployment, ImagePlan
+from factory.plan.deployment import Deployment
+from factory.plan.models import ImagePlan
 from factory.plan.settings import example_value
 
 # Values for settings without a default, when a node's command is only parsed, never run.

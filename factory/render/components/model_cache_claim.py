@@ -17,12 +17,10 @@ instead of mounting the claim where another volume was.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
 
 from factory.base import yaml_text
 from factory.base.outputs import OutputFile
 from factory.catalog.schema import Server
-from factory.project import Project
 from factory.render.kubernetes import (
     CLAIM_COMPONENT,
     COMPONENT_LABEL,
@@ -74,17 +72,3 @@ def component(server: Server) -> OutputFile:
     body = {"apiVersion": "kustomize.config.k8s.io/v1alpha1", "kind": "Component", "patches": patches}
     text = "".join(f"{line}\n" for line in lines) + yaml_text.dump(body)
     return OutputFile(CLAIM_COMPONENT / "kustomization.yaml", text.encode())
-
-
-class ModelCacheClaim:
-    """The model-cache claim component (k8s/_model-cache-claim/), over every deployment at once."""
-
-    name = "model-cache-claim"
-    writes = "k8s"
-    cannot_express: Mapping[str, str] = {}
-
-    def render(self, blueprint: object, deployment: object) -> list[OutputFile]:
-        return []
-
-    def finish(self, project: Project, targets: Sequence[object]) -> list[OutputFile]:
-        return [component(project.catalog.server)]

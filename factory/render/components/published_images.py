@@ -11,7 +11,7 @@ rewrites only that tag's image, not every image of the repository (checked with 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from factory.base import yaml_text
 from factory.base.outputs import OutputFile
@@ -51,21 +51,12 @@ def component(record: PublishRecord, targets: list[BakeTarget], source: str) -> 
     return OutputFile(IMAGES_COMPONENT / "kustomization.yaml", text.encode())
 
 
-class PublishedImages:
-    """The published-images component (k8s/_published/): read from the publish record on every run (one small
-    file), so a publish shows in the manifests without planning any recipe again."""
-
-    name = "published-images"
-    writes = "k8s"
-    cannot_express: Mapping[str, str] = {}
-
-    def render(self, blueprint: object, deployment: object) -> list[OutputFile]:
-        return []
-
-    def finish(self, project: Project, targets: Sequence[BakeTarget]) -> list[OutputFile]:
-        path = record_file(project.lock_path)
-        out = project.out.resolve()
-        # Named from the output folder where it lives there (a --recipes tree's lock/), never by machine path.
-        inside = path.resolve().is_relative_to(out)
-        source = path.resolve().relative_to(out).as_posix() if inside else project.relative(path)
-        return [component(read_record(path), list(targets), source)]
+def files(project: Project, targets: Sequence[BakeTarget]) -> list[OutputFile]:
+    """The component as this run prints it: the record read on every run (one small file), so a publish
+    shows in the manifests without planning any recipe again."""
+    path = record_file(project.lock_path)
+    out = project.out.resolve()
+    # Named from the output folder where it lives there (a --recipes tree's lock/), never by machine path.
+    inside = path.resolve().is_relative_to(out)
+    source = path.resolve().relative_to(out).as_posix() if inside else project.relative(path)
+    return [component(read_record(path), list(targets), source)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from factory.plan.models import Deployment
+from factory.plan.deployment import Deployment
 from factory.plan.settings import setting
 from factory.render.kubernetes.values import CONFIG_DEFAULTS, env_value, pod_command, table_of
 

@@ -4,20 +4,16 @@ on the settings, the model cache claim and the secrets a user creates)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
 from factory.base import yaml_text
 from factory.base.outputs import OutputFile
-from factory.blueprint import Blueprint
-from factory.plan.models import Deployment
+from factory.plan.deployment import Deployment
 from factory.plan.settings import setting
-from factory.project import Project
-from factory.render.bake import BakeTarget
 from factory.render.kubernetes.config_map import settings_used
 from factory.render.kubernetes.names import CLAIM_COMPONENT, IMAGES_COMPONENT, MIN_LWS, deployable, directory
-from factory.render.kubernetes.pods import CANNOT_EXPRESS, cache_limit, secret_name
+from factory.render.kubernetes.pods import cache_limit, secret_name
 from factory.render.kubernetes.workloads import objects
 
 Manifest = dict[str, Any]
@@ -92,18 +88,3 @@ def files(deployment: Deployment) -> list[OutputFile]:
         OutputFile(folder / "manifest.yaml", render(deployment).encode()),
         OutputFile(folder / "kustomization.yaml", kustomization(deployment).encode()),
     ]
-
-
-class KubernetesFormat:
-    """k8s/<image>/<hardware>-<variant>/<layout>/: manifest.yaml and kustomization.yaml (`kubectl apply
-    -k`)."""
-
-    name = "k8s"
-    writes = "k8s"
-    cannot_express = CANNOT_EXPRESS
-
-    def render(self, blueprint: Blueprint, deployment: Deployment) -> list[OutputFile]:
-        return files(deployment)
-
-    def finish(self, project: Project, targets: Sequence[BakeTarget]) -> list[OutputFile]:
-        return []

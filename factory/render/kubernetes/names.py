@@ -8,7 +8,7 @@ import re
 from pathlib import PurePosixPath
 
 from factory.base.errors import InputError
-from factory.plan.models import Deployment
+from factory.plan.deployment import Deployment
 from factory.plan.runspec import ProcessGroup
 
 ROOT = "k8s"

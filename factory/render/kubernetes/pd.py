@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from factory.base.errors import InputError
-from factory.plan.models import Deployment
+from factory.plan.deployment import Deployment
 from factory.plan.runspec import ProcessGroup
 from factory.render.kubernetes.config_map import config_map
 from factory.render.kubernetes.names import (

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from factory.base.errors import InputError
-from factory.plan.models import Deployment
+from factory.plan.deployment import Deployment
 from factory.plan.runspec import RunSpec, Value
 from factory.render.kubernetes.names import object_name
 from factory.render.kubernetes.values import DEFAULT, Table, env_value, pod_command
@@ -196,6 +196,38 @@ def pod_template(
         if command is not None:
             raise InputError(f"{where}: a computed rank and an entrypoint of its own", field="entrypoint")
         command = list(spec.entrypoint)
+    env = _environment(spec, names, where, table, name)
+    mounts, volumes = _volumes(spec, name)
+    container: dict[str, Any] = {"name": spec.program, "image": spec.image}
+    container |= {"command": command} if command else {}
+    container |= {"args": args, "env": env}
+    ports = [{"name": "http", "containerPort": spec.port}] if spec.probe else []
+    ports += [{"name": "rpc", "containerPort": spec.rpc_port}] if spec.rpc_port else []
+    container |= {"ports": ports} if ports else {}
+    resources = gpu_limits(spec) | _requests(spec)
+    container |= {"resources": resources} if resources else {}
+    container |= _security(spec) | {"volumeMounts": mounts} | _probes(spec)
+    waits = _waits(spec, answers or {}, where)
+    annotations = dict(spec.all_labels)
+    annotations["ai.vllm.factory.gpus"] = str(spec.gpus)  # the GPUs the process uses
+    pod: dict[str, Any] = {
+        # No variables for every Service of the namespace: vLLM reads none, and a Service named `vllm`
+        # would give each pod VLLM_PORT=tcp://..., which vLLM takes for its own setting.
+        "enableServiceLinks": False,
+        "nodeSelector": {"kubernetes.io/arch": ARCHITECTURES[spec.platform]},
+        **({"initContainers": waits} if waits else {}),
+        "containers": [container],
+        "volumes": volumes,
+    }
+    return {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod}
+
+
+def _environment(
+    spec: RunSpec, names: list[str], where: str, table: Table, name: str
+) -> list[dict[str, Any]]:
+    """The container's env: each setting its pod value (or its ConfigMap key) first, then the secrets, then
+    the spec's own variables (`names`: the settings the command names, to which those the env names are
+    added)."""
     env: list[dict[str, Any]] = []
     extra: list[tuple[str, Value]] = list(spec.env)
     values: list[tuple[str, str]] = []
@@ -228,6 +260,11 @@ def pod_template(
         for env_name, text in values
         if not (env_name in defined and text == f"$({env_name})")
     ]
+    return env
+
+
+def _volumes(spec: RunSpec, name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(mounts, volumes): the catalog's volumes, the generated configs and /dev/shm."""
     # The catalog's volumes come first, in its order: the model cache component patches them by index.
     mounts: list[dict[str, Any]] = [{"name": v.name, "mountPath": v.target} for v in spec.volumes]
     # Generated configs, from the deployment's ConfigMap <name>-configs (one key per file).
@@ -246,28 +283,7 @@ def pod_template(
         volumes.append(
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _shm_limit(spec.shm_size)}}
         )
-    container: dict[str, Any] = {"name": spec.program, "image": spec.image}
-    container |= {"command": command} if command else {}
-    container |= {"args": args, "env": env}
-    ports = [{"name": "http", "containerPort": spec.port}] if spec.probe else []
-    ports += [{"name": "rpc", "containerPort": spec.rpc_port}] if spec.rpc_port else []
-    container |= {"ports": ports} if ports else {}
-    resources = gpu_limits(spec) | _requests(spec)
-    container |= {"resources": resources} if resources else {}
-    container |= _security(spec) | {"volumeMounts": mounts} | _probes(spec)
-    waits = _waits(spec, answers or {}, where)
-    annotations = dict(spec.all_labels)
-    annotations["ai.vllm.factory.gpus"] = str(spec.gpus)  # the GPUs the process uses
-    pod: dict[str, Any] = {
-        # No variables for every Service of the namespace: vLLM reads none, and a Service named `vllm`
-        # would give each pod VLLM_PORT=tcp://..., which vLLM takes for its own setting.
-        "enableServiceLinks": False,
-        "nodeSelector": {"kubernetes.io/arch": ARCHITECTURES[spec.platform]},
-        **({"initContainers": waits} if waits else {}),
-        "containers": [container],
-        "volumes": volumes,
-    }
-    return {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod}
+    return mounts, volumes
 
 
 def secret_name(env: str) -> str:

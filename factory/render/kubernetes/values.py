@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from factory.base.errors import InputError
+from factory.plan.deployment import Deployment
 from factory.plan.kv import MASTER, STORE, instance_pool
-from factory.plan.models import Deployment
 from factory.plan.runspec import FromIndex, ProcessGroup, RunSpec, Value
 from factory.plan.settings import PLACEHOLDER, known_setting
 from factory.render.kubernetes.names import ROUTER, object_name, unit, unit_services

@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from factory.plan.deployment import Deviation, FlagEdit, NodeRole, node_role
 from factory.plan.deviations import Process as Facts
 from factory.plan.deviations import apply
 from factory.plan.images import model_start_period
-from factory.plan.models import Deviation, FlagEdit, NodeRole, node_role
 from factory.project import Project
 from factory.recipes.loader import LoadedRecipe
 from factory.recipes.schema import EnvValue
