@@ -2,6 +2,7 @@
 """The wall time of each part of a CI run, against its budget (.ci/parts.toml).
 
   times.py record PART SECONDS   add a part's time to the run's record ($FACTORY_CI_TIMES; nothing without it)
+  times.py go MODULE SECONDS     add a Go module's build time to the part that lists it
   times.py cold WHY              mark the run cold (a Go tool or a base image built from nothing), saying why
   times.py report [--history F]  print every part against its warm or cold budget, the total against the
                                  limits, and add the run to the history file (one JSON line per run)
@@ -34,6 +35,14 @@ def part_of_module(module: str) -> str:
         if module in part.get("modules", []):
             return str(part["name"])
     return "tests: other"
+
+
+def part_of_go_module(module: str) -> str:
+    """The part a Go module's build counts to ("test setup" for one not listed)."""
+    for part in load_parts()["part"]:  # type: ignore[attr-defined]
+        if module in part.get("go_modules", []):
+            return str(part["name"])
+    return "test setup"
 
 
 def append(event: dict[str, object]) -> None:
@@ -112,6 +121,9 @@ def main() -> int:
     rec = sub.add_parser("record")
     rec.add_argument("part")
     rec.add_argument("seconds", type=float)
+    go = sub.add_parser("go")
+    go.add_argument("module")
+    go.add_argument("seconds", type=float)
     why = sub.add_parser("cold")
     why.add_argument("why")
     rep = sub.add_parser("report")
@@ -119,6 +131,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.command == "record":
         append({"part": args.part, "seconds": round(args.seconds, 1)})
+    elif args.command == "go":
+        append({"part": part_of_go_module(args.module), "seconds": round(args.seconds, 1)})
     elif args.command == "cold":
         append({"cold": args.why})
     else:

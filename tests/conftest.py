@@ -312,6 +312,19 @@ def omni_built(project: Project, docker_client: docker.DockerClient):  # type: i
     return build_image(ROOT, blueprint_of(project, SD35, "h100"), load_settings(ROOT))
 
 
+def go_tool(module: str, binary: str) -> Path:
+    """A tool built from its Go module pinned under testbench/go/<module>/ (testbench/build-go-tools: found
+    where a run built it, else built, minutes cold). Without Go the test skips, and under CI it fails."""
+    if shutil.which("go") is None and not list((STATE / "bin").glob(f"{module}-*/.complete")):
+        missing_tool(module, f"Go 1.26; testbench/up --tests builds it from testbench/go/{module}/")
+    built = subprocess.run(
+        [str(ROOT / "testbench" / "build-go-tools"), module], capture_output=True, text=True, timeout=3600
+    )
+    assert built.returncode == 0, built.stderr[-3000:]
+    folder = Path(built.stdout.strip().splitlines()[-1].split("=", 1)[1])
+    return folder / binary
+
+
 @pytest.fixture(scope="session")
 def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One real control plane per run (testbench/control-plane: etcd, the API server, controllers, LWS,

@@ -129,6 +129,9 @@ def test_every_test_module_counts_to_one_ci_part() -> None:
         "not in any part": sorted(set(modules) - set(listed)),
         "listed but missing": sorted(set(listed) - set(modules)),
     }
+    go_listed = [module for part in parts for module in part.get("go_modules", [])]
+    go_modules = {path.name for path in (ROOT / "testbench" / "go").iterdir() if path.is_dir()}
+    assert len(go_listed) == len(set(go_listed)) and set(go_listed) <= go_modules, go_listed
     limits = tomllib.loads((ROOT / ".ci" / "parts.toml").read_text())["limits"]
     for kind in ("warm", "cold"):
         assert sum(part[kind] for part in parts) <= limits[kind], f"the {kind} budgets exceed the limit"
