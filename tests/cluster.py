@@ -7,6 +7,7 @@ kubelet shows (the processes, DNS answers, device plugins, `$(VAR)` expansion) s
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import subprocess
@@ -92,18 +93,25 @@ class ControlPlane:
         self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(nodes))
 
 
+# The control plane listens on fixed loopback ports: one at a time per machine. A second run (another clone's
+# tests) waits for the first one's to stop instead of failing on a port in use.
+MACHINE_LOCK = Path("/tmp/factory-control-plane.lock")
+
+
 @contextmanager
 def running_control_plane(folder: Path) -> Iterator[ControlPlane]:
     """Starts the control plane (testbench/control-plane builds or reuses the binaries), stops it after,
-    by the PIDs it wrote; its logs stay in the folder."""
-    started = subprocess.run(
-        [str(CONTROL_PLANE), "up", str(folder)], capture_output=True, text=True, timeout=3600, check=False
-    )
-    try:
-        assert started.returncode == 0, f"testbench/control-plane up: {started.stderr[-3000:]}"
-        yield ControlPlane(folder)
-    finally:
-        subprocess.run([str(CONTROL_PLANE), "down", str(folder)], capture_output=True, timeout=120)
+    by the PIDs it wrote; its logs stay in the folder. Holds the machine's control-plane lock meanwhile."""
+    with MACHINE_LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        started = subprocess.run(
+            [str(CONTROL_PLANE), "up", str(folder)], capture_output=True, text=True, timeout=3600, check=False
+        )
+        try:
+            assert started.returncode == 0, f"testbench/control-plane up: {started.stderr[-3000:]}"
+            yield ControlPlane(folder)
+        finally:
+            subprocess.run([str(CONTROL_PLANE), "down", str(folder)], capture_output=True, timeout=120)
 
 
 def version(plane: ControlPlane) -> str:
