@@ -131,7 +131,8 @@ def bench(session: nox.Session) -> None:
 @nox.session(name="build-router", default=False)
 def build_router(session: nox.Session) -> None:
     """Build the PD router's image (vllm-router, hash-locked); tests/test_router_image.py validates it."""
-    factory(session, "build-router", *session.posargs)
+    factory(session, "build", "vllm-router", *session.posargs)
+    factory(session, "validate", "vllm-router")
 
 
 def _build_targets() -> tuple[dict[str, str], dict[str, str]]:

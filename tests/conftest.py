@@ -297,9 +297,10 @@ def kv_built(project: Project, tiny_built: Any) -> Any:
 def router_built(project: Project, docker_client: docker.DockerClient):  # type: ignore[no-untyped-def]
     """The router image, built once per run through the factory's BuildKit path."""
     from factory.base.settings import load_settings
-    from factory.router.build import build_router
+    from factory.blueprint.router import locked_router
+    from factory.builder.builder import build_image
 
-    return build_router(project, load_settings(ROOT))
+    return build_image(ROOT, locked_router(project), load_settings(ROOT))
 
 
 @pytest.fixture(scope="session")

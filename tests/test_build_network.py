@@ -54,7 +54,7 @@ def test_the_network_is_read_from_the_file_then_the_environment_then_the_flag(
     assert load_settings(tmp_path).network == "default"
     flags = _build_flags(build_parser().parse_args(["build", "--hardware", "cpu", "--build-network", "host"]))
     assert load_settings(tmp_path, flags).network == "host"
-    unset = _build_flags(build_parser().parse_args(["build-router"]))
+    unset = _build_flags(build_parser().parse_args(["build", "vllm-router"]))
     assert load_settings(tmp_path, unset).network == "default", "no flag: the environment's value stays"
 
 

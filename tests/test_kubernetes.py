@@ -24,9 +24,9 @@ from factory.base import yaml_text
 from factory.base.errors import InputError
 from factory.blueprint import plan_recipe
 from factory.plan.deployment import Deployment, NodeRole
+from factory.plan.router import router_image
 from factory.project import Project, load_project
 from factory.render import compose, kubernetes
-from factory.router.image import router_image
 from tests import kubernetes_checks as checks
 from tests.conftest import KIMI, ROOT, TINY, blueprint_of, kubectl, run_factory
 from tests.manifest_records import as_generated, on_disk, recording

@@ -25,13 +25,13 @@ from factory.base.errors import InputError
 from factory.blueprint import plan_recipe
 from factory.builder.builder import BuildResult
 from factory.engine.connect import OWNER_LABEL
+from factory.lock.router import lock_path, read_router_lock
 from factory.plan.deployment import Deployment
+from factory.plan.router import router_files, router_health, router_image
 from factory.plan.runspec import RunSpec
 from factory.project import Project
 from factory.recipes.loader import load_tree
 from factory.render import compose
-from factory.router.image import router_files, router_health, router_image
-from factory.router.lock import lock_path, read_router_lock
 from tests.conftest import FIXTURES, TINY, kv_blueprint
 
 ROUTER_LABEL = {OWNER_LABEL: "test-router"}

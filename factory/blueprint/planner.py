@@ -10,6 +10,7 @@ from factory.blueprint.model import Blueprint, Blueprints, RecipePlan
 from factory.catalog.schema import Mooncake, Vendor
 from factory.lock.mooncake import floor as mooncake_floor
 from factory.lock.pins import pinned_vllm
+from factory.lock.router import PLATFORM as ROUTER_PLATFORM
 from factory.lockfile.model import Release
 from factory.plan import naming
 from factory.plan.commands import PlannedCommands, common_env, default_command, plan_commands
@@ -20,13 +21,12 @@ from factory.plan.kv import plan_kv
 from factory.plan.models import ImagePlan, ImageSpec
 from factory.plan.omni import plan_omni
 from factory.plan.preflight import preflight
+from factory.plan.router import router_image
 from factory.plan.running import process_groups
 from factory.plan.runspec import Run
 from factory.plan.versions import judged_version
 from factory.project import Project
 from factory.recipes.loader import LoadedRecipe, RecipeProblem, RecipeTree
-from factory.router.image import router_image
-from factory.router.lock import PLATFORM as ROUTER_PLATFORM
 from factory.synthesis import kv_store
 from factory.synthesis.kv_store import KvCommand
 from factory.synthesis.matrix import Combination, Refusal, combinations, hardware_for

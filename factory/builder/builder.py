@@ -21,10 +21,9 @@ from factory.base.errors import DockerError
 from factory.base.files import write_text_atomic
 from factory.base.reporter import Reporter, silent
 from factory.base.settings import BuildSettings, Network
-from factory.blueprint import Blueprint
 from factory.builder import network
 from factory.builder.backends import buildx_version, run_build
-from factory.builder.context import BuildTarget, StagedContext, check_generated, stage
+from factory.builder.context import Buildable, BuildTarget, StagedContext, check_generated, stage
 from factory.builder.progress import BuildLog
 from factory.engine.connect import connect, engine_facts
 from factory.engine.progress import BuildProgress
@@ -65,7 +64,7 @@ def choose_backend(requested: str, image: BuildTarget, engine_platform: str, bui
 
 def build_image(
     root: Path,
-    blueprint: Blueprint,
+    blueprint: Buildable,
     settings: BuildSettings,
     backend: str = "auto",
     echo: bool = False,

@@ -5,19 +5,25 @@ from __future__ import annotations
 import os
 import shutil
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Protocol
 
 from factory.base.errors import InputError
-from factory.base.outputs import difference
+from factory.base.outputs import OutputFile, difference
 from factory.base.settings import BuildSettings, Network
-from factory.blueprint import Blueprint
-from factory.plan.models import ImagePlan
 
 
 class BuildTarget(Protocol):
     """What a build needs to know of its image: a vLLM image's plan, or the PD router's image."""
 
+    @property
+    def slug(self) -> str: ...
+    @property
+    def directory(self) -> PurePosixPath: ...
+    @property
+    def base_image(self) -> str: ...
+    @property
+    def local_wheels(self) -> bool: ...
     @property
     def tag(self) -> str: ...
     @property
@@ -30,6 +36,15 @@ class BuildTarget(Protocol):
     def inputs_hash(self) -> str: ...
 
 
+class Buildable(Protocol):
+    """A blueprint the build stage reads: its image and the build context generate wrote for it."""
+
+    @property
+    def image(self) -> BuildTarget: ...
+    @property
+    def image_files(self) -> tuple[OutputFile, ...]: ...
+
+
 @dataclass(frozen=True)
 class StagedContext:
     image: BuildTarget
@@ -40,7 +55,7 @@ class StagedContext:
     network: Network  # the RUN steps' network: every backend writes it, or refuses (build/network.py)
 
 
-def check_generated(root: Path, blueprint: Blueprint) -> None:
+def check_generated(root: Path, blueprint: Buildable) -> None:
     """Build only what the committed files say: refuse a stale or missing generated folder."""
     for file in blueprint.image_files:
         on_disk = root / file.path
@@ -52,15 +67,15 @@ def check_generated(root: Path, blueprint: Blueprint) -> None:
             )
 
 
-def stage(root: Path, image: ImagePlan, settings: BuildSettings, workdir: Path) -> StagedContext:
+def stage(root: Path, image: BuildTarget, settings: BuildSettings, workdir: Path) -> StagedContext:
     directory = workdir / image.tag
     shutil.copytree(root / image.directory, directory)
-    if settings.find_links and image.install and image.install.local_wheels:
+    if settings.find_links and image.local_wheels:
         for wheel in sorted(settings.find_links.glob("*.whl")):
             _link_or_copy(wheel, directory / "wheels" / wheel.name)
     build_args = {}
-    assert image.install is not None  # the blueprint of an unbuildable image has no build context
-    base = settings.base_image or image.install.base_image
+    assert image.base_image, "the blueprint of an unbuildable image has no build context"
+    base = settings.base_image or image.base_image
     if settings.base_image:
         build_args["BASE_IMAGE"] = settings.base_image
     if settings.pip_extra_index_url is not None:

@@ -120,7 +120,7 @@ def cmd_list(project: Project, args: argparse.Namespace) -> int:
         if not image.install:
             causes[image.unbuildable_cause or "unknown"] += 1
         older += bool(image.passed_over)
-    from factory.router.image import router_image
+    from factory.plan.router import router_image
 
     router = router_image(project)  # the PD router's own image
     if router is not None:
@@ -182,7 +182,7 @@ def cmd_lock(project: Project, args: argparse.Namespace) -> int:
         say(f"  passed over: {line}")
     for line in [*result.none, *result.unresolvable]:
         warn(f"  not buildable: {line}")
-    from factory.router.lock import lock_path, lock_router
+    from factory.lock.router import lock_path, lock_router
 
     router = lock_router(project, upgrade == "*", report=say)
     say(f"locked the PD router: vllm-router {router.version}: {lock_path(project)}")

@@ -12,6 +12,7 @@ from factory.project import Project
 
 if TYPE_CHECKING:
     from factory.blueprint import Blueprint
+    from factory.blueprint.router import RouterBlueprint
 
 
 def cmd_check_args(project: Project, args: argparse.Namespace) -> int:
@@ -41,11 +42,22 @@ def cmd_check_args(project: Project, args: argparse.Namespace) -> int:
     return 1 if rejected else 0
 
 
-def _selected(project: Project, args: argparse.Namespace) -> list[Blueprint]:
+def _selected(project: Project, args: argparse.Namespace) -> list[Blueprint | RouterBlueprint]:
+    """The blueprints a command on images works on: a recipe's images on one hardware, or the PD router's
+    image (model `vllm-router`: it runs on any hardware)."""
+    from factory.base.errors import InputError
+    from factory.blueprint.router import locked_router
     from factory.blueprint.select import select
+    from factory.plan.router import SLUG as ROUTER
 
+    if args.model == ROUTER:
+        return [locked_router(project)]
+    if args.hardware is None:
+        raise InputError(
+            "which hardware?", field="--hardware", hint=f"--hardware is needed unless MODEL is {ROUTER}"
+        )
     model = args.model or project.catalog.build_recipe(args.hardware)
-    return select(project, model, args.hardware, args.variant, args.kv_store)
+    return list(select(project, model, args.hardware, args.variant, args.kv_store))
 
 
 def _build_flags(args: argparse.Namespace) -> dict[str, object]:
@@ -77,27 +89,19 @@ def cmd_build(project: Project, args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_build_router(project: Project, args: argparse.Namespace) -> int:
-    from factory.base.settings import load_settings
-    from factory.builder.builder import summary, write_report
-    from factory.router.build import build_router
-
-    settings = load_settings(project.root, _build_flags(args))
-    result = build_router(project, settings, backend=args.backend, echo=args.verbose, report=say)
-    say(summary(result))
-    write_report([result], args.report)
-    say(f"report: {args.report}")
-    return 0
-
-
 def cmd_validate(project: Project, args: argparse.Namespace) -> int:
+    from factory.blueprint.router import RouterBlueprint
+    from factory.validate.router import validate_router
     from factory.validate.runner import validate_image
 
     status = 0
     for blueprint in _selected(project, args):
-        report = validate_image(
-            blueprint, args.reports, args.health_timeout, note=say, progress_to=sys.stdout
-        )
+        if isinstance(blueprint, RouterBlueprint):
+            report = validate_router(blueprint, args.reports, note=say)
+        else:
+            report = validate_image(
+                blueprint, args.reports, args.health_timeout, note=say, progress_to=sys.stdout
+            )
         for case in report.cases:
             say(f"  {case.status:7} {case.name}: {case.detail.splitlines()[0] if case.detail else ''}")
         ok, line = report.verdict(args.allow_no_gpu)

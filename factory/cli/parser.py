@@ -20,7 +20,6 @@ from factory.cli.files import (
 )
 from factory.cli.images import (
     cmd_build,
-    cmd_build_router,
     cmd_check_args,
     cmd_publish,
     cmd_publish_platforms,
@@ -196,7 +195,7 @@ def _add_reading(sub: Any) -> None:
 
 
 def _add_building(sub: Any) -> None:
-    """build, build-router, validate."""
+    """build, validate (a recipe's images, or the PD router's: MODEL vllm-router)."""
     build = sub.add_parser(
         "build", help="build (and tag) the images of one model on one hardware, via BuildKit"
     )
@@ -207,14 +206,6 @@ def _add_building(sub: Any) -> None:
     build.add_argument("--report", type=Path, default=Path("reports/build.json"))
     build.add_argument("-v", "--verbose", action="store_true", help="print BuildKit's output as it comes")
     build.set_defaults(func=cmd_build)
-
-    router = sub.add_parser("build-router", help="build (and tag) the PD router's image, via BuildKit")
-    router.add_argument("--base-image", help="build on this image instead of its base (a mirror)")
-    router.add_argument("--backend", choices=["auto", "compose", "bake"], default="auto")
-    _add_network_arg(router)
-    router.add_argument("--report", type=Path, default=Path("reports/build-router.json"))
-    router.add_argument("-v", "--verbose", action="store_true", help="print BuildKit's output as it comes")
-    router.set_defaults(func=cmd_build_router)
 
     validate = sub.add_parser("validate", help="check a built image inside, then serve and probe it")
     _add_target_args(validate)
@@ -288,10 +279,10 @@ def _add_target_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "model",
         nargs="?",
-        help="recipe id, e.g. moonshotai/Kimi-Linear-48B-A3B-Instruct "
-        "(default: the catalog's build recipe for the hardware)",
+        help="recipe id, e.g. moonshotai/Kimi-Linear-48B-A3B-Instruct, or vllm-router for the PD router's "
+        "image (default: the catalog's build recipe for the hardware)",
     )
-    parser.add_argument("--hardware", required=True)
+    parser.add_argument("--hardware", help="the hardware (not for vllm-router, which runs on any)")
     parser.add_argument("--variant", help="default: every variant of the recipe")
     parser.add_argument(
         "--kv-store",

@@ -16,6 +16,7 @@ from pathlib import Path, PurePosixPath
 
 from factory.base.errors import FactoryError
 from factory.base.outputs import OutputFile, differences
+from factory.blueprint.router import router_blueprint
 from factory.generate.memory import (
     Remembered,
     intact,
@@ -31,7 +32,6 @@ from factory.lockfile.store import inputs_digest
 from factory.project import Project
 from factory.recipes.loader import RecipeProblem
 from factory.render.bake import BakeTarget
-from factory.router.image import router_bake_targets, router_files
 
 MANIFEST = PurePosixPath("images/.factory-manifest.json")
 
@@ -163,8 +163,11 @@ def _shared_files(project: Project, planning: Planning) -> tuple[list[OutputFile
         path for p in planning.problems for path in outputs.get(p.recipe_id, RecipeOutput([], [])).files
     )
     # The PD router's image (one for every pd_cluster deployment) is built beside the vLLM images.
-    targets = [t for o in outputs.values() for t in o.bake] + router_bake_targets(project)
-    shared_files = [*shared_outputs(project, targets), _manifest_file(outputs), *router_files(project)]
+    router = router_blueprint(project)  # the PD router's image is built beside the vLLM images
+    targets = [t for o in outputs.values() for t in o.bake]
+    targets += [BakeTarget.of(router.image)] if router is not None else []
+    shared_files = [*shared_outputs(project, targets), _manifest_file(outputs)]
+    shared_files += router.image_files if router is not None else ()
     expected = {path for entry in planning.entries.values() for path in entry.files} | set(kept)
     expected |= {file.path.as_posix() for file in shared_files}
     return shared_files, expected, kept

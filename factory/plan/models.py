@@ -127,6 +127,15 @@ class ImageSpec(Frozen):
         """Which Dockerfile part places the model: `bundled` copies it in, `hub` leaves it to the cache."""
         return "bundled" if self.bundled_model_src else "hub"
 
+    @property
+    def base_image(self) -> str:
+        """What its build starts from (none for an image the factory cannot build)."""
+        return self.install.base_image if self.install is not None else ""
+
+    @property
+    def local_wheels(self) -> bool:
+        return bool(self.install and self.install.local_wheels)
+
 
 class ImagePlan(ImageSpec):
     """An ImageSpec with the hash of its build context: what every stage after planning receives.
@@ -141,6 +150,20 @@ class ImagePlan(ImageSpec):
     @property
     def immutable_reference(self) -> str:
         return f"{self.repository}:{self.immutable_tag}"
+
+    @property
+    def validate_command(self) -> str:
+        return f"factory validate {self.recipe_id} --hardware {self.hardware} --variant {self.variant}"
+
+    @property
+    def tag_values(self) -> dict[str, str]:
+        """What `factory publish --tag TEMPLATE` may name."""
+        return {
+            "tag": self.tag,
+            "hardware": self.hardware,
+            "variant": self.variant,
+            "vllm": self.vllm_version or "unresolved",
+        }
 
     @property
     def labels(self) -> dict[str, str]:

@@ -47,7 +47,7 @@ SETTINGS: dict[str, Setting] = {
     "MOONCAKE_STORE_DEVICE_NAME": Setting("", "the store node's RDMA NICs; empty: auto-selected"),
     "VLLM_ROUTER_IMAGE": Setting(
         None,
-        "the PD router's image: one whose entrypoint runs vllm-router (`factory build-router` builds it)",
+        "the PD router's image: one whose entrypoint runs vllm-router (built by `factory build vllm-router`)",
     ),
 }
 # Settings named by pattern: one per node of a prefill or decode pool.

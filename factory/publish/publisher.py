@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Protocol
 
 from docker.errors import ImageNotFound
 
@@ -14,7 +15,6 @@ from factory.base.files import write_text_atomic
 from factory.base.reporter import Reporter, silent
 from factory.engine.connect import connect
 from factory.lockfile.published import PublishedImage, record_published
-from factory.plan.models import ImagePlan
 from factory.publish.pusher import push
 from factory.publish.registry import credentials_for, manifest_digest, split_registry
 from factory.validate.report import record_path
@@ -37,14 +37,26 @@ def validation_record(records: Path, image_id: str) -> dict[str, object] | None:
     return record
 
 
-def expand_tags(image: ImagePlan, templates: list[str]) -> list[str]:
+class Publishable(Protocol):
+    """An image publish pushes: a vLLM image's plan, or the PD router's image."""
+
+    @property
+    def reference(self) -> str: ...
+    @property
+    def repository(self) -> str: ...
+    @property
+    def tag(self) -> str: ...
+    @property
+    def immutable_tag(self) -> str: ...
+    @property
+    def tag_values(self) -> dict[str, str]: ...
+    @property
+    def validate_command(self) -> str: ...
+
+
+def expand_tags(image: Publishable, templates: list[str]) -> list[str]:
     """CI tag conventions as templates: '{tag}-1.2.0', '{tag}-sha-abc1234', 'latest-{hardware}-{variant}'."""
-    values = {
-        "tag": image.tag,
-        "hardware": image.hardware,
-        "variant": image.variant,
-        "vllm": image.vllm_version,
-    }
+    values = image.tag_values
     try:
         return [template.format(**values) for template in templates]
     except (KeyError, IndexError, ValueError) as exc:
@@ -57,7 +69,7 @@ def expand_tags(image: ImagePlan, templates: list[str]) -> list[str]:
 
 
 def publish_image(
-    image: ImagePlan,
+    image: Publishable,
     registry: str,
     records: Path,
     extra_tags: list[str] | None = None,
@@ -84,7 +96,7 @@ def publish_image(
         )
         raise RefusedError(
             f"{image.reference} ({str(local.id)[:19]}) is not validated: {why}; looked in {records}\n"
-            f"  hint: factory validate {image.recipe_id} --hardware {image.hardware}"
+            f"  hint: {image.validate_command}"
             " (a rebuilt image has a new ID and needs its own validation)"
         )
     if not validated:
@@ -110,7 +122,7 @@ def write_publish_report(results: list[Published], path: Path) -> None:
     write_text_atomic(path, json.dumps([asdict(result) for result in results], indent=2) + "\n")
 
 
-def record_publish(image: ImagePlan, published: list[Published], path: Path) -> None:
+def record_publish(image: Publishable, published: list[Published], path: Path) -> None:
     """Note in the publish record (committed, read by `factory generate`) where the image now lives and
     its digest, so the Kubernetes manifests run it by digest."""
     readable = next(item for item in published if item.reference.endswith(f"/{image.reference}"))

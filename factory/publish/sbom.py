@@ -19,6 +19,7 @@ from factory.base.errors import DockerError
 from factory.base.files import write_text_atomic
 from factory.engine.connect import connect
 from factory.plan.models import ImagePlan
+from factory.plan.router import RouterImage
 from factory.validate.static import run_in_image
 
 INVENTORY_SCRIPT = r"""
@@ -93,7 +94,7 @@ def cyclonedx(client: docker.DockerClient, reference: str) -> dict[str, Any]:
     }
 
 
-def write_sbom(image: ImagePlan, reports: Path) -> tuple[Path, int]:
+def write_sbom(image: ImagePlan | RouterImage, reports: Path) -> tuple[Path, int]:
     """Write the CycloneDX SBOM of the built image under `reports`; returns the path and component count."""
     path = reports / f"sbom-{image.slug}-{image.tag}.cdx.json"
     bom = cyclonedx(connect(), image.reference)

@@ -6,14 +6,33 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
+from typing import Protocol
 
 from factory.base.outputs import OutputFile
 from factory.base.templating import environment
-from factory.plan.models import ImagePlan
 
 
 def render_bake(targets: Sequence[object], groups: dict[str, list[str]]) -> str:
     return environment().get_template("docker-bake.hcl.j2").render(targets=targets, groups=groups)
+
+
+class Bakeable(Protocol):
+    """An image as a bake target names it: a vLLM image's plan, or the PD router's image."""
+
+    @property
+    def slug(self) -> str: ...
+    @property
+    def tag(self) -> str: ...
+    @property
+    def directory(self) -> PurePosixPath: ...
+    @property
+    def platform(self) -> str: ...
+    @property
+    def reference(self) -> str: ...
+    @property
+    def immutable_reference(self) -> str: ...
+    @property
+    def hardware(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -27,7 +46,7 @@ class BakeTarget:
     hardware: str
 
     @staticmethod
-    def of(image: ImagePlan) -> BakeTarget:
+    def of(image: Bakeable) -> BakeTarget:
         return BakeTarget(
             name=f"{image.slug}-{image.tag}".replace(".", "-"),
             context=image.directory.as_posix(),

@@ -51,7 +51,7 @@ MOONCAKE_NOTES = (
 )
 ROUTER_NOTES = (
     "vllm-router is its own program (PyPI: vllm-router), in the factory's router image "
-    "(`factory build-router`).",
+    "(`factory build vllm-router`).",
 )
 PORT_SETTING = "API_PORT"  # the host port a one-node deployment publishes its API on
 BIND_SETTING = "BIND_ADDRESS"  # the host address it is published on (loopback unless set)

@@ -60,6 +60,17 @@ class ValidationReport:
         self.cases.append(Case(name, "skipped", why))
 
 
+HEALTH_MARGIN_S = 120  # beyond the health check's start period, before validation gives up
+
+
+def write_reports(report: ValidationReport, reports: Path, stem: str) -> None:
+    """The JSON and JUnit reports, and, when it passed, the record `factory publish` trusts."""
+    write_json(report, reports / f"{stem}.json")
+    write_junit(report, reports / f"{stem}.xml")
+    if report.passed:
+        write_record(report, reports / "validated")
+
+
 def write_json(report: ValidationReport, path: Path) -> None:
     data = asdict(report) | {"passed": report.passed, "fully_validated": report.fully_validated}
     write_text_atomic(path, json.dumps(data, indent=2) + "\n")

@@ -24,9 +24,7 @@ from factory.validate.checklist import Decision, Target
 from factory.validate.container import DIFFERENCES, running
 from factory.validate.offer import Offer, one_node
 from factory.validate.probes import ProbeFailure
-from factory.validate.report import ValidationReport, write_json, write_junit, write_record
-
-HEALTH_MARGIN_S = 120  # beyond the health check's start period, before validation gives up
+from factory.validate.report import HEALTH_MARGIN_S, ValidationReport, write_reports
 
 
 def validate_image(
@@ -63,11 +61,7 @@ def validate_image(
     if single is not None and runnable:
         timeout_s = health_timeout_s or image.start_period_s + HEALTH_MARGIN_S
         _live_probes(blueprint, single, runnable, report, timeout_s, progress_to)
-    stem = f"validate-{image.slug}-{image.tag}"
-    write_json(report, reports / f"{stem}.json")
-    write_junit(report, reports / f"{stem}.xml")
-    if report.passed:
-        write_record(report, reports / "validated")
+    write_reports(report, reports, f"validate-{image.slug}-{image.tag}")
     return report
 
 

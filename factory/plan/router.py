@@ -1,5 +1,7 @@
-"""The router image as `factory generate` writes it: a Dockerfile and the locked sets under
-images/vllm-router/<release>/, named, tagged and labelled like the factory's vLLM images."""
+"""The PD router's image, planned like every image: its locked release (factory.lock.router), its build
+context (a Dockerfile and the locked sets under images/vllm-router/<release>/) and the hash of that context,
+which names its immutable tag. Built, validated and published through the same paths as the vLLM images
+(factory.blueprint.router hands it on)."""
 
 from __future__ import annotations
 
@@ -10,11 +12,10 @@ from pydantic import BaseModel, ConfigDict
 
 from factory.base.outputs import OutputFile
 from factory.base.templating import environment
-from factory.plan.naming import REPOSITORY_PREFIX
+from factory.lock.router import FOLDER, PACKAGE, RouterLock, lock_path, locked_text, read_router_lock
+from factory.plan.naming import repository
 from factory.plan.runspec import HealthProbe, Programs, health_probe
 from factory.project import Project
-from factory.render.bake import BakeTarget
-from factory.router.lock import FOLDER, PACKAGE, RouterLock, lock_path, locked_text, read_router_lock
 from factory.synthesis.options import ServeOptions
 
 SLUG = "vllm-router"
@@ -40,7 +41,7 @@ class RouterImage(BaseModel):
 
     @property
     def repository(self) -> str:
-        return f"{REPOSITORY_PREFIX}/{SLUG}"
+        return repository(SLUG)
 
     @property
     def tag(self) -> str:
@@ -51,12 +52,34 @@ class RouterImage(BaseModel):
         return f"{self.repository}:{self.tag}"
 
     @property
+    def immutable_tag(self) -> str:
+        return f"{self.tag}-{self.inputs_hash[:12]}"
+
+    @property
     def immutable_reference(self) -> str:
-        return f"{self.reference}-{self.inputs_hash[:12]}"
+        return f"{self.repository}:{self.immutable_tag}"
+
+    @property
+    def validate_command(self) -> str:
+        return f"factory validate {SLUG}"
+
+    @property
+    def tag_values(self) -> dict[str, str]:
+        """What `factory publish --tag TEMPLATE` may name, as for a vLLM image (its release: the router's)."""
+        return {"tag": self.tag, "hardware": self.hardware, "variant": "default", "vllm": self.lock.version}
 
     @property
     def directory(self) -> PurePosixPath:
         return PurePosixPath("images") / SLUG / self.tag
+
+    @property
+    def hardware(self) -> str:
+        """Its bake group: the router runs beside every hardware's pools."""
+        return "router"
+
+    @property
+    def local_wheels(self) -> bool:
+        return False
 
     @property
     def labels(self) -> dict[str, str]:
@@ -143,19 +166,3 @@ def _files(project: Project, image: RouterImage) -> list[OutputFile]:
         for name, (source, digest) in sets.items()
     ]
     return [OutputFile(folder / "Dockerfile", dockerfile.encode()), *copies]
-
-
-def router_bake_targets(project: Project) -> list[BakeTarget]:
-    """The router as a `docker buildx bake` target (group `router`), beside the vLLM images."""
-    image = router_image(project)
-    if image is None:
-        return []
-    return [
-        BakeTarget(
-            name=f"{SLUG}-{image.tag}".replace(".", "-"),
-            context=image.directory.as_posix(),
-            platform=image.platform,
-            tags=(image.reference, image.immutable_reference),
-            hardware="router",
-        )
-    ]
