@@ -10,6 +10,7 @@ from pathlib import PurePosixPath
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from factory.plan.naming import ImmutableNames
 from factory.plan.runspec import HealthProbe
 
 
@@ -137,19 +138,11 @@ class ImageSpec(Frozen):
         return bool(self.install and self.install.local_wheels)
 
 
-class ImagePlan(ImageSpec):
+class ImagePlan(ImageSpec, ImmutableNames):
     """An ImageSpec with the hash of its build context: what every stage after planning receives.
     The hash is required, so an unhashed plan cannot reach a build, a tag or a label."""
 
     inputs_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
-
-    @property
-    def immutable_tag(self) -> str:
-        return f"{self.tag}-{self.inputs_hash[:12]}"
-
-    @property
-    def immutable_reference(self) -> str:
-        return f"{self.repository}:{self.immutable_tag}"
 
     @property
     def validate_command(self) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
+from typing import Protocol
 
 from factory.base.errors import InputError
 from factory.recipes.grammar import MAX_NAME, identity
@@ -108,3 +109,25 @@ def tag_with(tag: str, suffix: str) -> str:
         return text
     digest = hashlib.sha256(text.encode()).hexdigest()[:8]
     return f"{tag[: 128 - len(suffix) - 9]}-{digest}{suffix}"
+
+
+class _Named(Protocol):
+    @property
+    def repository(self) -> str: ...
+    @property
+    def tag(self) -> str: ...
+    @property
+    def inputs_hash(self) -> str: ...
+
+
+class ImmutableNames:
+    """The tag that names an image's inputs, for every kind of image (a vLLM image, the PD router's): its
+    readable tag and the first 12 digits of its build context's hash."""
+
+    @property
+    def immutable_tag(self: _Named) -> str:
+        return f"{self.tag}-{self.inputs_hash[:12]}"
+
+    @property
+    def immutable_reference(self: _Named) -> str:
+        return f"{self.repository}:{self.tag}-{self.inputs_hash[:12]}"

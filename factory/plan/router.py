@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict
 from factory.base.outputs import OutputFile
 from factory.base.templating import environment
 from factory.lock.router import FOLDER, PACKAGE, RouterLock, lock_path, locked_text, read_router_lock
-from factory.plan.naming import repository
+from factory.plan.naming import ImmutableNames, repository
 from factory.plan.runspec import HealthProbe, Programs, health_probe
 from factory.project import Project
 from factory.synthesis.options import ServeOptions
@@ -24,7 +24,7 @@ BASE_IMAGE = "debian:bookworm-slim"
 SYSTEM_PACKAGES = ("python3.11", "python3.11-venv", "curl", "ca-certificates")  # curl: the health check
 
 
-class RouterImage(BaseModel):
+class RouterImage(BaseModel, ImmutableNames):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     lock: RouterLock
@@ -50,14 +50,6 @@ class RouterImage(BaseModel):
     @property
     def reference(self) -> str:
         return f"{self.repository}:{self.tag}"
-
-    @property
-    def immutable_tag(self) -> str:
-        return f"{self.tag}-{self.inputs_hash[:12]}"
-
-    @property
-    def immutable_reference(self) -> str:
-        return f"{self.repository}:{self.immutable_tag}"
 
     @property
     def validate_command(self) -> str:
