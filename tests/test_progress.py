@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from factory.engine.progress import BuildProgress, Countdown
+from factory.builder.display import BuildProgress
+from factory.engine.progress import Countdown
 from tests.conftest import ROOT, TINY, run_factory
 
 # A real BuildKit log: `factory build` of the CPU image with no layer cache on this machine (2026-12-02,

@@ -22,8 +22,8 @@ from factory.base.errors import DockerError
 from factory.base.tools import compose_binary
 from factory.builder import network
 from factory.builder.context import StagedContext
+from factory.builder.display import BuildProgress
 from factory.builder.progress import BuildLog
-from factory.engine.progress import BuildProgress
 
 
 def docker_cli() -> str:

@@ -24,9 +24,9 @@ from factory.base.settings import BuildSettings, Network
 from factory.builder import network
 from factory.builder.backends import buildx_version, run_build
 from factory.builder.context import Buildable, BuildTarget, StagedContext, check_generated, stage
+from factory.builder.display import BuildProgress
 from factory.builder.progress import BuildLog
 from factory.engine.connect import connect, engine_facts
-from factory.engine.progress import BuildProgress
 
 
 @dataclass(frozen=True)
