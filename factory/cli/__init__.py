@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from factory.base.errors import FactoryError
+from factory.base.termination import unwind_on_termination
 from factory.cli.parser import build_parser
-from factory.engine.leftovers import unwind_on_termination
 from factory.project import find_root, load_project
 
 

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import socket
 from collections.abc import Callable
-from types import FrameType
 
 import docker
 from docker.errors import APIError, DockerException, NotFound
@@ -21,21 +19,9 @@ PID_LABEL = "ai.vllm.factory.pid"
 HOST_LABEL = "ai.vllm.factory.host"
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM or SIGHUP: unwind like Ctrl-C, so every `finally` runs."""
-
-
 def labels(purpose: str, **extra: str) -> dict[str, str]:
     """The labels of a container this process starts: who made it, and for what."""
     return {OWNER_LABEL: purpose, PID_LABEL: str(os.getpid()), HOST_LABEL: socket.gethostname(), **extra}
-
-
-def unwind_on_termination() -> None:
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise Terminated(f"received {signal.Signals(signum).name}")
-
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, handler)
 
 
 def _alive(pid: int) -> bool:
