@@ -37,6 +37,12 @@ def part_of_module(module: str) -> str:
     return "tests: other"
 
 
+def late_modules() -> set[str]:
+    """The test modules of the parts marked `late` (they need tools built from Go modules)."""
+    parts = load_parts()["part"]  # type: ignore[attr-defined]
+    return {module for part in parts if part.get("late") for module in part.get("modules", [])}
+
+
 def part_of_go_module(module: str) -> str:
     """The part a Go module's build counts to ("test setup" for one not listed)."""
     for part in load_parts()["part"]:  # type: ignore[attr-defined]

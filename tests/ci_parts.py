@@ -32,6 +32,13 @@ class PartTimes:
         self.modules: dict[str, float] = defaultdict(float)
 
     @pytest.hookimpl
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        """The modules of `late` parts (they need tools built from Go) run after every other, keeping
+        each side's order: on a cold run their tools build in the background meanwhile."""
+        late = self.times.late_modules()
+        items.sort(key=lambda item: Path(item.nodeid.split("::", 1)[0]).name in late)
+
+    @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         module = Path(report.nodeid.split("::", 1)[0]).name
         self.modules[module] += report.duration

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
@@ -186,19 +187,51 @@ def _corpus_lock_key(upstream: Path) -> str:
     return digest.hexdigest()[:16]
 
 
+# A corpus lock not kept from an earlier run asks the package index for minutes, mostly waiting: it starts in
+# the background when the session starts, and the first test that needs it waits for what is left.
+_PREFETCHED: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    upstream = os.environ.get("FACTORY_UPSTREAM_RECIPES")
+    if not upstream or not Path(upstream).is_dir():
+        return
+    if (STATE / "corpus-lock" / _corpus_lock_key(Path(upstream)) / ".complete").exists():
+        return
+    out = Path(tempfile.mkdtemp(prefix="factory-corpus-lock-"))
+    command = [sys.executable, "-m", "factory", "--root", str(ROOT), "lock"]
+    with (out / "lock.log").open("wb") as log:
+        process = subprocess.Popen(
+            [*command, "--recipes", upstream, "--out", str(out)], stdout=log, stderr=subprocess.STDOUT
+        )
+    _PREFETCHED["lock"] = (process, out)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A prefetch no test waited for (a run of a few modules) is ended with the session."""
+    if "lock" in _PREFETCHED:
+        process, _ = _PREFETCHED.pop("lock")
+        process.terminate()
+        process.wait(timeout=30)
+
+
 @pytest.fixture(scope="session")
 def upstream_lock(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The lock folder of the whole upstream corpus. A corpus lock asks the package index for every recipe
-    (3 to 6 minutes here): it is made once per run, by the first test that needs it, and kept outside the
-    clone under a key of everything it depends on (_corpus_lock_key), so that the next run with the same
-    inputs starts from it: `factory lock` then finds every set locked and asks nothing."""
+    (3 to 6 minutes here): it is made once per run (begun when the session starts, pytest_sessionstart) and
+    kept outside the clone under a key of everything it depends on (_corpus_lock_key), so that the next run
+    with the same inputs starts from it: `factory lock` then finds every set locked and asks nothing."""
     upstream = needs_path("FACTORY_UPSTREAM_RECIPES")
-    out = tmp_path_factory.mktemp("corpus-lock")
     kept = STATE / "corpus-lock" / _corpus_lock_key(upstream)
-    if (kept / ".complete").exists():
-        shutil.copytree(kept / "lock", out / "lock")
-    result = run_factory(ROOT, "lock", "--recipes", str(upstream), "--out", str(out))
-    assert result.returncode == 0, result.stderr[-2000:]
+    if "lock" in _PREFETCHED:
+        process, out = _PREFETCHED.pop("lock")
+        assert process.wait() == 0, (out / "lock.log").read_text()[-2000:]
+    else:
+        out = tmp_path_factory.mktemp("corpus-lock")
+        if (kept / ".complete").exists():
+            shutil.copytree(kept / "lock", out / "lock")
+        result = run_factory(ROOT, "lock", "--recipes", str(upstream), "--out", str(out))
+        assert result.returncode == 0, result.stderr[-2000:]
     if not (kept / ".complete").exists():
         with contextlib.suppress(OSError):  # a cache: the run goes on without it
             shutil.rmtree(kept, ignore_errors=True)
