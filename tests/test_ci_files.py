@@ -135,3 +135,22 @@ def test_every_test_module_counts_to_one_ci_part() -> None:
     limits = tomllib.loads((ROOT / ".ci" / "parts.toml").read_text())["limits"]
     for kind in ("warm", "cold"):
         assert sum(part[kind] for part in parts) <= limits[kind], f"the {kind} budgets exceed the limit"
+
+
+def test_the_figures_page_shows_the_ci_budget_as_the_parts_file_sets_it() -> None:
+    """docs/figures.md's "CI budget" table is .ci/parts.toml's parts, in order, with their warm and cold
+    minutes, and its text states the file's limits."""
+    import tomllib
+
+    budget = tomllib.loads((ROOT / ".ci" / "parts.toml").read_text())
+    page = (ROOT / "docs" / "figures.md").read_text()
+    assert "\n## CI budget\n" in page, "docs/figures.md has no `## CI budget` section"
+    section = page.split("\n## CI budget\n", 1)[1].split("\n## ", 1)[0]
+    rows = [
+        [cell.strip() for cell in line.strip().strip("|").split(" | ")]
+        for line in section.splitlines()
+        if line.startswith("|")
+    ][2:]
+    assert rows == [[p["name"], p["what"], str(p["warm"]), str(p["cold"])] for p in budget["part"]]
+    limits = budget["limits"]
+    assert f"within {limits['warm']} min warm and {limits['cold']} min cold" in " ".join(section.split())

@@ -2,7 +2,7 @@
 controller manager, scheduler, LWS v0.9.0 with its webhooks, kwok GPU nodes; built from the Go modules
 pinned under testbench/go/): every kustomization applied server-side as `kubectl apply -k --server-side`
 does, then what each controller must make of it. No kubelet runs: kwok stands in for the nodes, so no
-container starts (the README, "On a cluster", lists what stays unproven)."""
+container starts (docs/kubernetes.md lists what stays unproven)."""
 
 from __future__ import annotations
 
@@ -236,13 +236,13 @@ def test_a_sample_of_the_upstream_corpus_reconciles(
     assert any(doc["metadata"]["name"].endswith("-router") for doc in claimed)
 
 
-# What the pods need beyond Pod Security's "baseline" profile, and why (the README lists the same):
+# What the pods need beyond Pod Security's "baseline" profile, and why (docs/kubernetes.md lists the same):
 # IPC_LOCK for NCCL's, RDMA's and Mooncake's pinned memory (the catalog's server.capabilities), and on AMD an
 # unconfined seccomp profile (ROCm's containers ask for it: the catalog's amd security_opt).
 BEYOND_BASELINE = {'must not include "IPC_LOCK"', "seccompProfile"}
 
 
-def test_what_the_pods_need_beyond_the_baseline_pod_security_profile_is_what_the_readme_lists(
+def test_what_the_pods_need_beyond_the_baseline_pod_security_profile_is_what_the_docs_list(
     project: Project, plane: ControlPlane
 ) -> None:
     """The API server's own Pod Security admission, in warn mode, on every project kustomization: each

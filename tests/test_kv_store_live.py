@@ -10,7 +10,7 @@ external prefix-cache hits: the KV blocks the first instance computed, read back
 distributed topology with two instances (the page's pick; its default is one: no store service, each
 instance gives a segment to the pool) runs only when asked for (see DISTRIBUTED_OPT_IN).
 
-No RDMA here (tcp), no GPU (the CPU backend): what stays unproven is listed in the README."""
+No RDMA here (tcp), no GPU (the CPU backend): what stays unproven is listed in docs/kv-caches.md."""
 
 from __future__ import annotations
 
@@ -109,7 +109,7 @@ def started(project: Project, kv_built: Any) -> Iterator[tuple[Deployment, dict[
 # computed the blocks could not open the other's segment ("SocketHandShakePlugin: unexpected handshake
 # message type", then a 500). The first run failed while both instances named their segments after the
 # host's address; the second after each named it after its own address, which passed 3 times of 3 run
-# alone. Until the cause is found it runs only when asked for, and the README claims nothing from it.
+# alone. Until the cause is found it runs only when asked for, and the docs claim nothing from it.
 DISTRIBUTED_OPT_IN = "FACTORY_KV_DISTRIBUTED_LIVE"
 
 

@@ -1,6 +1,6 @@
 """README claims that no other test touched: bad shared input stops the run, a 5xx health answer fails at
 once, the JUnit report's content, `--tag` templates, and the bearer-token login of hosted registries; and
-the README itself: each figure stated once, in its Figures section. The HTTP servers here are real (on
+the pages themselves: each figure stated once, in docs/figures.md. The HTTP servers here are real (on
 loopback) and stand in for what cannot exist on this machine: a vLLM server that answers 500, and ghcr.io's
 token service."""
 
@@ -175,8 +175,9 @@ def test_a_registry_that_asks_for_a_bearer_token_gets_one_from_its_token_service
     assert seen == ["/v2/team/x/manifests/t1 Basic", "/token Basic", "/v2/team/x/manifests/t1 Bearer"]
 
 
-# ---- the README's figures: each has one home, its Figures section ----
+# ---- the pages' figures: each has one home, docs/figures.md ----
 
+FIGURES = ROOT / "docs" / "figures.md"
 NUMBER = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
 # a number and the unit after it: "1,905 images", "30.3 s", "1.15x", "6.72 %", "101 `vllm-omni`"
 COUNT = re.compile(rf"(?<![\w.,/-])({NUMBER})(?![\d,]\d|\.\d)\s?`?([A-Za-z%][\w/+-]*)")
@@ -186,15 +187,14 @@ WORDS = {"a", "and", "by", "for", "from", "in", "of", "on", "or", "the", "to", "
 NOT_VALUES = {"figure", "date", "goal", "made by"}  # the columns of a Figures table that hold no value
 
 
-def _figures_section(text: str) -> tuple[str, str]:
-    """The README's Figures section (to the next `## ` heading; its subsections included) and the rest."""
-    found = re.search(r"^## Figures\n.*?(?=^## )", text, flags=re.S | re.M)
-    assert found, "the README has no `## Figures` section"
-    return found[0], text[: found.start()] + text[found.end() :]
+def other_pages() -> dict[str, str]:
+    """The README and every page of docs/ but the Figures page, by path: where no figure may be stated."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    return {p.relative_to(ROOT).as_posix(): p.read_text() for p in pages if p != FIGURES}
 
 
 def _tables(section: str) -> list[list[dict[str, str]]]:
-    """Each Markdown table of a section as rows keyed by the table's header."""
+    """Each Markdown table of a page as rows keyed by the table's header."""
     tables = []
     for block in re.findall(r"(?:^\|.*\n)+", section, flags=re.M):
         lines = [[cell.strip() for cell in line.strip(" |").split(" | ")] for line in block.splitlines()]
@@ -229,15 +229,14 @@ def _sentences(text: str) -> list[str]:
     return [" ".join(part.split()) for part in parts]
 
 
-def figure_problems(text: str) -> list[str]:
-    """What makes a figure of the README's Figures section have more than one home: its value written again
-    elsewhere (within three words of its unit), or another value written with its unit outside a sentence
+def figure_problems(figures: str, pages: dict[str, str]) -> list[str]:
+    """What makes a figure of the Figures page's tables have more than one home: its value written again on
+    another page (within three words of its unit), or another value written with its unit outside a sentence
     that says what it was `before` a change (the one place history may hold an older value)."""
-    section, rest = _figures_section(text)
     problems: list[str] = []
     values: dict[str, set[str]] = {}  # unit -> every spelling of its figures' values
     headlines: set[str] = set()  # the unit of each row's first value, which names that figure
-    for table in _tables(section):
+    for table in _tables(figures):
         names = [next(iter(row.values())) for row in table]
         problems += [f"Figures: {name!r} is a row twice" for name in set(names) if names.count(name) > 1]
         for row in table:
@@ -251,39 +250,46 @@ def figure_problems(text: str) -> list[str]:
             headlines.update(unit for _, unit in counts[:1] if unit not in MEASURES)
             for value, unit in counts:
                 values.setdefault(unit, set()).update(_spellings(value))
-    for sentence in _sentences(rest):
-        for value, unit in _counts(sentence):
-            if value in values.get(unit, ()) and _number(value) >= 10:
-                problems.append(f"stated again outside Figures: {value} {unit}: {sentence[:160]}")
-            elif unit in headlines and _number(value) >= 100 and "before" not in sentence.lower():
-                problems.append(f"another value for a figure ({value} {unit}): {sentence[:160]}")
-        for key, spellings in values.items():
-            for value in spellings if key not in MEASURES else ():
-                words = r"(?:\W+\w+){1,3}?\W+`?"  # "1,905 of its images"
-                near = rf"(?<![\w.,/-]){re.escape(value)}(?![\d,]\d|\.\d){words}{re.escape(key)}s?\b"
-                if _number(value) >= 100 and re.search(near, sentence):
-                    problems.append(f"stated again outside Figures: {value} ... {key}: {sentence[:160]}")
+    for page, text in pages.items():
+        for sentence in _sentences(text):
+            for value, unit in _counts(sentence):
+                if value in values.get(unit, ()) and _number(value) >= 10:
+                    problems.append(f"{page}: stated again outside Figures: {value} {unit}: {sentence[:160]}")
+                elif unit in headlines and _number(value) >= 100 and "before" not in sentence.lower():
+                    problems.append(f"{page}: another value for a figure ({value} {unit}): {sentence[:160]}")
+            for key, spellings in values.items():
+                for value in spellings if key not in MEASURES else ():
+                    words = r"(?:\W+\w+){1,3}?\W+`?"  # "1,905 of its images"
+                    near = rf"(?<![\w.,/-]){re.escape(value)}(?![\d,]\d|\.\d){words}{re.escape(key)}s?\b"
+                    if _number(value) >= 100 and re.search(near, sentence):
+                        problems.append(
+                            f"{page}: stated again outside Figures: {value} ... {key}: {sentence[:160]}"
+                        )
     return sorted(set(problems))
 
 
-def test_each_figure_of_the_readme_is_stated_once_in_its_figures_section() -> None:
-    problems = figure_problems((ROOT / "README.md").read_text())
+def test_each_figure_is_stated_once_in_the_figures_page() -> None:
+    problems = figure_problems(FIGURES.read_text(), other_pages())
     assert problems == [], "\n".join(problems)
 
 
 def test_a_figure_stated_again_or_with_another_value_is_found_and_history_is_not() -> None:
-    """The check itself: a row's value planted in another section is found, in its own words, rounded, or
+    """The check itself: a row's value planted in another page is found, in its own words, rounded, or
     changed; the same sentence about the value before a change is history and passes."""
-    text = (ROOT / "README.md").read_text()
-    section, _ = _figures_section(text)
-    row = _tables(section)[0][1]  # a count of the shared corpus, "1,905 images" or so
+    figures, pages = FIGURES.read_text(), other_pages()
+    row = _tables(figures)[0][1]  # a count of the shared corpus, "1,905 images" or so
     value, unit = COUNT.findall(row["value"])[0]
     changed = f"{_number(value) + 20:,.0f}"
 
-    def planted(sentence: str) -> list[str]:
-        return figure_problems(text.replace("\n## What it does\n", f"\n## What it does\n\n{sentence}\n", 1))
+    def planted(sentence: str, page: str = "README.md") -> list[str]:
+        text = pages[page].replace("\n## ", f"\n{sentence}\n\n## ", 1)
+        assert sentence in text
+        return figure_problems(figures, {**pages, page: text})
 
     assert planted(f"The corpus makes {value} {unit} today.")
+    assert planted(f"The corpus makes {value} {unit} today.", "docs/kubernetes.md")[0].startswith(
+        "docs/kubernetes.md: "
+    )
     assert planted(f"The corpus makes {value.replace(',', '')} of its {unit} today.")
     assert planted(f"The corpus makes {changed} {unit} today.")
     assert not planted(f"The corpus made {changed} {unit} before this change.")

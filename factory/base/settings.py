@@ -115,7 +115,7 @@ def load_settings(root: Path, overrides: dict[str, object] | None = None) -> Bui
 def write_testbench_settings(path: Path, base_image: str) -> None:
     """The settings this machine needs: local base image, local wheels, the proxy's CA bundle."""
     lines = [
-        "# Written by testbench/up for this machine; see the README, 'Builds behind a firewall'.",
+        "# Written by testbench/up for this machine; see docs/air-gapped.md.",
         "[build]",
         "# No registry is reachable here: every target builds on the locally bootstrapped Debian image.",
         f'base_image = "{base_image}"',
