@@ -424,3 +424,9 @@ def pytest_configure(config: pytest.Config) -> None:
     from tests.ci_parts import PartTimes
 
     config.pluginmanager.register(PartTimes(), "ci-part-times")
+
+
+# --- The session's registry ------------------------------------------------------------------------------
+# One authenticated registry for every module that pushes to one (tests/registry.py says why), made a
+# fixture of every module here.
+from tests.registry import shared_registry  # noqa: E402, F401

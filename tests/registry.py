@@ -1,4 +1,7 @@
-"""A real registry for tests: Debian's docker-registry (distribution 2.8) with htpasswd auth on loopback."""
+"""A real registry for tests: Debian's docker-registry (distribution 2.8) with htpasswd auth on loopback.
+
+Two kinds: `shared_registry`, one per session for every test that may find in it what others pushed, and
+`running_registry`, a test's own, for a test that needs a registry that holds nothing."""
 
 from __future__ import annotations
 
@@ -87,3 +90,16 @@ def running_registry(folder: Path) -> Iterator[LocalRegistry]:
         yield registry
     finally:
         registry.remove()
+
+
+@pytest.fixture(scope="session")
+def shared_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRegistry]:
+    """One authenticated registry for the whole run, shared by every module that pushes to a registry.
+    The tiny CPU image is 6.42 GB: a push to a registry that lacks its layers gzips every one of them
+    (minutes on two cores), one to a registry that holds them sends a manifest. Shared, the layers are
+    uploaded once per run, whichever test pushes first. A test therefore may find repositories and layers
+    other tests pushed: it reads back only the repositories and tags it pushed itself, and a test that
+    needs a registry holding nothing (layers that really flow, a repository that must not appear) starts
+    its own with `running_registry`."""
+    with running_registry(tmp_path_factory.mktemp("shared-registry")) as registry:
+        yield registry

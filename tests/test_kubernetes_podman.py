@@ -6,6 +6,7 @@ skipped, saying so)."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -21,7 +22,7 @@ import yaml
 
 from factory.project import Project
 from factory.render import kubernetes
-from tests.conftest import ROOT, TINY, blueprint_of, kubectl, missing_tool
+from tests.conftest import ROOT, STATE, TINY, blueprint_of, kubectl, missing_tool
 
 pytestmark = [pytest.mark.docker, pytest.mark.e2e]
 
@@ -38,27 +39,71 @@ def _tool(name: str) -> str:
     return found
 
 
-# The test's own store, removed after it: a failed `podman load` leaves the layers it had written in the
-# store with no image to remove them by (5.7 GB left behind here by one run that ran out of disk).
+# The store, kept between runs under the test bench's state: the image is 6.42 GB unpacked, and a fresh store
+# pulled all of it every run. Kept, a run whose image is unchanged pulls a manifest and finds every layer
+# there; a rebuilt image pulls only the layers that changed. Its key is what the store's format depends on
+# (podman's release and the two configuration files): another key's store is removed, not read. A pull cut
+# short leaves the layers it had written with no image to remove them by (5.7 GB left behind here once by a
+# run that ran out of disk): a store whose last pull did not finish (no WHOLE file) is emptied first.
 STORAGE_CONF = '[storage]\ndriver = "overlay"\ngraphroot = "{root}/graph"\nrunroot = "{root}/run"\n'
+PODMAN_STATE = STATE / "podman"
+WHOLE = "pulled-whole"
+
+
+def _store(binary: str) -> Path:
+    release = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True).stdout
+    key = hashlib.sha256(f"{release}\0{STORAGE_CONF}\0{CONTAINERS_CONF}".encode()).hexdigest()[:12]
+    return PODMAN_STATE / key
+
+
+def _podman_env(folder: Path) -> dict[str, str]:
+    """podman's environment for the store in `folder`: the store's configuration files are written there."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "containers.conf").write_text(CONTAINERS_CONF)
+    (folder / "storage.conf").write_text(STORAGE_CONF.format(root=folder))
+    return {
+        **os.environ,
+        "CONTAINERS_CONF": str(folder / "containers.conf"),
+        "CONTAINERS_STORAGE_CONF": str(folder / "storage.conf"),
+    }
+
+
+def _remove_store(binary: str, folder: Path) -> None:
+    # reset unmounts what the store mounted, then removes it; rmtree takes what reset leaves.
+    env = _podman_env(folder)
+    subprocess.run([binary, "system", "reset", "--force"], env=env, capture_output=True, check=False)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _remove_pods(binary: str, env: dict[str, str]) -> None:
+    """Every pod, container and volume of the store: the test's, or those a killed run left in it."""
+    for args in (
+        ["pod", "rm", "--all", "--force"],
+        ["rm", "--all", "--force"],
+        ["volume", "prune", "--force"],
+    ):
+        subprocess.run([binary, *args], env=env, capture_output=True, check=False, timeout=300)
 
 
 @pytest.fixture
-def podman(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+def podman() -> Iterator[tuple[str, dict[str, str]]]:
+    """podman on the kept store (STATE/podman/KEY): empty of pods before and after the test; its images
+    are the podman_image fixture's to bound."""
     _tool("catatonit")  # podman's pause image is built from it
     binary = _tool("podman")
-    conf = tmp_path / "containers.conf"
-    conf.write_text(CONTAINERS_CONF)
-    store = tmp_path / "podman-store"
-    storage = tmp_path / "storage.conf"
-    storage.write_text(STORAGE_CONF.format(root=store))
-    env = {**os.environ, "CONTAINERS_CONF": str(conf), "CONTAINERS_STORAGE_CONF": str(storage)}
+    folder = _store(binary)
+    if PODMAN_STATE.is_dir():
+        for other in PODMAN_STATE.iterdir():
+            if other != folder:
+                _remove_store(binary, other)  # a store of another release or configuration
+    if folder.is_dir() and not (folder / WHOLE).exists():
+        _remove_store(binary, folder)
+    env = _podman_env(folder)
+    _remove_pods(binary, env)
     try:
         yield binary, env
     finally:
-        # reset unmounts what the store mounted, then removes it; rmtree takes what reset leaves.
-        subprocess.run([binary, "system", "reset", "--force"], env=env, capture_output=True, check=False)
-        shutil.rmtree(store, ignore_errors=True)
+        _remove_pods(binary, env)
 
 
 def _run(podman: tuple[str, dict[str, str]], *args: str, timeout: float = 600) -> str:
@@ -79,34 +124,51 @@ TESTBENCH_REGISTRY = "127.0.0.1:5000"
 
 @pytest.fixture
 def podman_image(podman: tuple[str, dict[str, str]], tiny_built: Any) -> Iterator[str]:
-    """The image built here, pushed to the test bench's registry and pulled into the test's podman store."""
+    """The image built here, pushed to the test bench's registry and pulled into the kept podman store
+    (nothing to fetch when the store has it: the pull finds the manifest's layers there), which then
+    holds that image alone (and podman's pause image): any other, an earlier build's, is removed."""
     try:
         requests.get(f"http://{TESTBENCH_REGISTRY}/v2/", timeout=5).raise_for_status()
     except requests.RequestException as error:
         pytest.skip(f"no registry on {TESTBENCH_REGISTRY} (testbench/up starts one): {error}")
-    size = int(
-        subprocess.run(
-            ["docker", "image", "inspect", "--format", "{{.Size}}", tiny_built.image],
-            capture_output=True, text=True, check=True,
-        ).stdout
-    )  # fmt: skip
-    # podman pull keeps the compressed layers in /var/tmp while it unpacks them into its store.
-    free = shutil.disk_usage("/var/tmp").free
-    needed = int(1.5 * size) + 2**30
-    if free < needed:
-        pytest.skip(
-            f"podman pull needs about {needed / 1e9:.1f} GB free, the disk has {free / 1e9:.1f} GB (the "
-            f"image is {size / 1e9:.2f} GB: the stand-in torch's CUDA libraries)"
-        )
+    binary, env = podman
+    held = (
+        subprocess.run([binary, "image", "exists", tiny_built.image_id], env=env, check=False).returncode == 0
+    )
+    if not held:
+        size = int(
+            subprocess.run(
+                ["docker", "image", "inspect", "--format", "{{.Size}}", tiny_built.image_id],
+                capture_output=True, text=True, check=True,
+            ).stdout
+        )  # fmt: skip
+        # podman pull keeps the compressed layers in /var/tmp while it unpacks them into its store.
+        free = shutil.disk_usage("/var/tmp").free
+        needed = int(1.5 * size) + 2**30
+        if free < needed:
+            pytest.skip(
+                f"podman pull needs about {needed / 1e9:.1f} GB free, the disk has {free / 1e9:.1f} GB (the "
+                f"image is {size / 1e9:.2f} GB: the stand-in torch's CUDA libraries)"
+            )
     pushed = f"{TESTBENCH_REGISTRY}/factory-podman-test/{tiny_built.image.rpartition('/')[2]}"
-    subprocess.run(["docker", "tag", tiny_built.image, pushed], check=True)
+    # By ID: the tag names whatever image was built under it last, on an engine that others may build on.
+    subprocess.run(["docker", "tag", tiny_built.image_id, pushed], check=True)
     try:
         subprocess.run(["docker", "push", "-q", pushed], capture_output=True, check=True, timeout=1800)
     finally:
         subprocess.run(["docker", "rmi", pushed], capture_output=True, check=False)
-    _run(podman, "pull", "-q", "--tls-verify=false", pushed, timeout=1800)
+    whole = _store(binary) / WHOLE
+    whole.unlink(missing_ok=True)
+    pulled = _run(podman, "pull", "-q", "--tls-verify=false", pushed, timeout=1800).strip()
+    assert pulled == tiny_built.image_id.removeprefix("sha256:"), "podman holds the image built here"
     local = f"localhost/{tiny_built.image}"  # the name the manifest's image resolves to in podman
     _run(podman, "tag", pushed, local)
+    # podman builds its pods' pause image (from catatonit) into the store when it lacks one: kept too.
+    held_images = _run(podman, "images", "--no-trunc", "--format", "{{.ID}} {{.Repository}}").splitlines()
+    for image, repository in {tuple(line.split()) for line in held_images}:
+        if image.removeprefix("sha256:") != pulled and repository != "localhost/podman-pause":
+            _run(podman, "rmi", "--force", image)
+    whole.touch()
     yield local
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from factory.publish.pusher import push
 from factory.publish.registry import Credentials, manifest_digest
 from factory.render import kubernetes
 from tests.conftest import KIMI, ROOT, TINY, blueprint_of, kubectl, run_factory
-from tests.registry import LocalRegistry, running_registry
+from tests.registry import LocalRegistry
 
 SMALL_IMAGE = "factory-local/debian:bookworm"  # testbench/up makes it: a real image, small to push
 
@@ -67,16 +66,10 @@ def test_without_a_record_every_deployment_runs_its_image_by_tag() -> None:
     assert images_rendered(folder) == [image.reference]
 
 
-@pytest.fixture
-def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRegistry]:
-    with running_registry(tmp_path_factory.mktemp("registry")) as reg:
-        yield reg
-
-
 @pytest.mark.docker
 def test_a_published_image_runs_by_registry_and_digest_once_generated(
     scratch: Path,
-    registry: LocalRegistry,
+    shared_registry: LocalRegistry,
     docker_client: docker.DockerClient,
     untag: list[str],
 ) -> None:
@@ -84,9 +77,10 @@ def test_a_published_image_runs_by_registry_and_digest_once_generated(
     and pulling by that reference gives the image that was pushed."""
     image, one_node = folder_of(scratch, TINY, "cpu", "single_node_tp")
     _, multi_node = folder_of(scratch, TINY, "cpu", "multi_node_tp_dp")
-    credentials = Credentials(registry.user, registry.password)
-    # A small stand-in pushed under the image's own name (the 3 GB image is not needed to get a digest).
-    target = f"{registry.address}/{image.repository}"
+    credentials = Credentials(shared_registry.user, shared_registry.password)
+    # A small stand-in pushed under the image's own name (the 3 GB image is not needed to get a digest), in
+    # a namespace of its own: the session's registry holds the real image under that name without one.
+    target = f"{shared_registry.address}/stand-in/{image.repository}"
     docker_client.images.get(SMALL_IMAGE).tag(target, image.tag)
     untag.append(f"{target}:{image.tag}")
     pushed = push(docker_client, target, image.tag, credentials)
@@ -162,7 +156,7 @@ def test_a_bad_record_is_an_error_naming_the_file_the_field_and_the_value(scratc
 @pytest.mark.docker
 def test_factory_publish_records_the_push_and_generate_pins_the_manifests_to_it(
     scratch: Path,
-    registry: LocalRegistry,
+    shared_registry: LocalRegistry,
     tiny_built: Any,
     docker_client: docker.DockerClient,
     untag: list[str],
@@ -170,8 +164,14 @@ def test_factory_publish_records_the_push_and_generate_pins_the_manifests_to_it(
     """The commands a user runs: `factory publish` (the image built here, pushed for real), then
     `factory generate`; the record names what the registry serves, and the manifests run it."""
     image, one_node = folder_of(scratch, TINY, "cpu", "single_node_tp")
-    env = {"FACTORY_REGISTRY_USER": registry.user, "FACTORY_REGISTRY_PASSWORD": registry.password}
-    untag += [f"{registry.address}/{image.reference}", f"{registry.address}/{image.immutable_reference}"]
+    env = {
+        "FACTORY_REGISTRY_USER": shared_registry.user,
+        "FACTORY_REGISTRY_PASSWORD": shared_registry.password,
+    }
+    untag += [
+        f"{shared_registry.address}/{image.reference}",
+        f"{shared_registry.address}/{image.immutable_reference}",
+    ]
     published = run_factory(
         scratch,
         "publish",
@@ -179,7 +179,7 @@ def test_factory_publish_records_the_push_and_generate_pins_the_manifests_to_it(
         "--hardware",
         "cpu",
         "--registry",
-        registry.address,
+        shared_registry.address,
         "--force-unvalidated",  # validation is tested elsewhere; here, what publish records
         "--reports",
         str(scratch / "reports"),
@@ -189,16 +189,25 @@ def test_factory_publish_records_the_push_and_generate_pins_the_manifests_to_it(
     record = record_file(load_project(scratch).lock_path)
     assert f"recorded in {record}" in published.stdout
     entry = json.loads(record.read_text())["images"][image.reference]
+    # The digest this run pushed, as publish printed it: the session's registry may have held the image
+    # before (another test pushed it), so what it serves is compared with this push, not taken alone.
+    printed = dict(
+        line.split()[1:3] for line in published.stdout.splitlines() if line.startswith("published ")
+    )
     served = manifest_digest(
-        registry.address, image.repository, image.tag, Credentials(registry.user, registry.password)
+        shared_registry.address,
+        image.repository,
+        image.tag,
+        Credentials(shared_registry.user, shared_registry.password),
     )
     assert entry == {
-        "repository": f"{registry.address}/{image.repository}",
+        "repository": f"{shared_registry.address}/{image.repository}",
         "digest": served,
         "immutable_tag": image.immutable_tag,
     }
+    assert printed[f"{shared_registry.address}/{image.reference}"] == served
     assert run_factory(scratch, "generate").returncode == 0
-    assert images_rendered(one_node) == [f"{registry.address}/{image.repository}@{served}"]
+    assert images_rendered(one_node) == [f"{shared_registry.address}/{image.repository}@{served}"]
 
 
 def test_a_record_key_that_is_not_an_image_reference_is_refused(scratch: Path) -> None:

@@ -18,6 +18,7 @@ import requests
 
 from factory.base.errors import InputError, RefusedError
 from factory.blueprint import plan_project
+from factory.lockfile.published import record_file
 from factory.plan.models import ImagePlan
 from factory.project import Project, load_project
 from factory.publish.platforms import (
@@ -40,30 +41,25 @@ def tiny(project: Project) -> ImagePlan:
     return blueprint_of(project, TINY, "cpu").image
 
 
-@pytest.fixture(scope="module")
-def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRegistry]:
-    with running_registry(tmp_path_factory.mktemp("registry")) as reg:
-        yield reg
-
-
 @pytest.fixture
 def empty_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRegistry]:
-    """A registry of its own: one that already holds the layers would mount them, not upload them."""
+    """A registry of its own, holding nothing: the session's (shared_registry) may hold the layers already
+    (a push then sends no layer) and the repositories other tests pushed."""
     with running_registry(tmp_path_factory.mktemp("empty-registry")) as reg:
         yield reg
 
 
 @pytest.fixture
-def login(registry: LocalRegistry, monkeypatch: pytest.MonkeyPatch) -> Credentials:
-    monkeypatch.setenv("FACTORY_REGISTRY_USER", registry.user)
-    monkeypatch.setenv("FACTORY_REGISTRY_PASSWORD", registry.password)
-    return Credentials(registry.user, registry.password)
+def login(shared_registry: LocalRegistry, monkeypatch: pytest.MonkeyPatch) -> Credentials:
+    monkeypatch.setenv("FACTORY_REGISTRY_USER", shared_registry.user)
+    monkeypatch.setenv("FACTORY_REGISTRY_PASSWORD", shared_registry.password)
+    return Credentials(shared_registry.user, shared_registry.password)
 
 
 def test_publish_pushes_both_tags_and_the_registry_serves_that_digest(
     project: Project,
     tiny_validation: Any,
-    registry: LocalRegistry,
+    shared_registry: LocalRegistry,
     login: Credentials,
     docker_client: docker.DockerClient,
     untag: list[str],
@@ -71,34 +67,36 @@ def test_publish_pushes_both_tags_and_the_registry_serves_that_digest(
     report, reports = tiny_validation
     assert report.fully_validated
     plan = tiny(project)
-    published = publish_image(plan, registry.address, reports / "validated")
+    published = publish_image(plan, shared_registry.address, reports / "validated")
     untag.extend(item.reference for item in published)
-    assert published[0].reference == f"{registry.address}/{plan.reference}"
+    assert published[0].reference == f"{shared_registry.address}/{plan.reference}"
     assert len(published) == 2 and published[1].reference.endswith(report.inputs_hash[:12])
     assert published[0].digest == published[1].digest
     repository = f"{plan.repository}"
-    assert manifest_digest(registry.address, repository, plan.tag, login) == published[0].digest
+    assert manifest_digest(shared_registry.address, repository, plan.tag, login) == published[0].digest
     # Pull back by digest: the same image the validation ran.
-    by_digest = f"{registry.address}/{repository}@{published[0].digest}"
+    by_digest = f"{shared_registry.address}/{repository}@{published[0].digest}"
     pulled = docker_client.images.pull(by_digest, auth_config=login.as_auth_config())
     assert pulled.id == report.image_id
     # Publishing again changes nothing.
-    again = publish_image(plan, registry.address, reports / "validated")
+    again = publish_image(plan, shared_registry.address, reports / "validated")
     assert [item.digest for item in again] == [item.digest for item in published]
 
 
 def test_a_wrong_password_is_a_clear_error_and_pushes_nothing(
-    registry: LocalRegistry, docker_client: docker.DockerClient, untag: list[str]
+    shared_registry: LocalRegistry, docker_client: docker.DockerClient, untag: list[str]
 ) -> None:
-    repository = f"{registry.address}/factory-test/small"
+    repository = f"{shared_registry.address}/factory-test/small"
     docker_client.images.get("factory-local/debian:bookworm").tag(repository, "wrong-password")
     untag.append(f"{repository}:wrong-password")
     with pytest.raises(PushFailed) as failure:
-        push(docker_client, repository, "wrong-password", Credentials(registry.user, "not-the-password"))
+        push(
+            docker_client, repository, "wrong-password", Credentials(shared_registry.user, "not-the-password")
+        )
     assert not failure.value.transient, "a refused login is not retried"
     assert "authentication required" in str(failure.value) or "unauthorized" in str(failure.value)
     assert "not-the-password" not in str(failure.value)
-    assert "factory-test/small" not in registry.repositories()
+    assert "factory-test/small" not in shared_registry.repositories()
 
 
 def test_the_registry_stopping_mid_push_retries_then_fails_and_claims_nothing(
@@ -161,26 +159,33 @@ def test_an_unvalidated_image_is_refused(
 
 
 def test_the_password_appears_in_no_output_or_report(
-    tiny_validation: Any, registry: LocalRegistry, untag: list[str], tmp_path: Path
+    tiny_validation: Any, shared_registry: LocalRegistry, untag: list[str], scratch: Path
 ) -> None:
+    """Run on a copy of the project: publish writes what it pushed into the project's publish record, and
+    the project's own must stay empty (test_kubernetes_published checks that nothing of it is published,
+    which failed whenever this test had run before it, against the clone)."""
     _, reports = tiny_validation
-    shutil.copytree(reports / "validated", tmp_path / "validated")
+    shutil.copytree(reports / "validated", scratch / "reports" / "validated")
     result = run_factory(
-        ROOT,
+        scratch,
         "publish",
         TINY,
         "--hardware",
         "cpu",
         "--registry",
-        registry.address,
+        shared_registry.address,
         "--reports",
-        str(tmp_path),
-        env={"FACTORY_REGISTRY_USER": registry.user, "FACTORY_REGISTRY_PASSWORD": registry.password},
+        str(scratch / "reports"),
+        env={
+            "FACTORY_REGISTRY_USER": shared_registry.user,
+            "FACTORY_REGISTRY_PASSWORD": shared_registry.password,
+        },
     )
     assert result.returncode == 0, result.stderr
     untag.extend(line.split()[1] for line in result.stdout.splitlines() if line.startswith("published "))
-    everything = result.stdout + result.stderr + (tmp_path / "publish.json").read_text()
-    assert registry.password not in everything
+    record = record_file(load_project(scratch).lock_path)
+    everything = result.stdout + result.stderr + (scratch / "reports" / "publish.json").read_text()
+    assert shared_registry.password not in everything + record.read_text()
 
 
 def test_sbom_lists_what_is_really_in_the_image(tiny_built: Any, tmp_path: Path) -> None:
@@ -249,37 +254,37 @@ def upload_image(
 
 
 def test_images_of_two_platforms_join_under_one_tag_and_the_engine_pulls_its_own(
-    registry: LocalRegistry, login: Credentials, docker_client: docker.DockerClient, untag: list[str]
+    shared_registry: LocalRegistry, login: Credentials, docker_client: docker.DockerClient, untag: list[str]
 ) -> None:
     repository = "factory-test/multiplatform"
-    amd64_config = upload_image(registry, login, repository, "vllm0.0.1-sm_100-default-b200", "amd64")
-    upload_image(registry, login, repository, "vllm0.0.1-sm_100-default-gb200", "arm64")
+    amd64_config = upload_image(shared_registry, login, repository, "vllm0.0.1-sm_100-default-b200", "amd64")
+    upload_image(shared_registry, login, repository, "vllm0.0.1-sm_100-default-gb200", "arm64")
     digest = push_platform_list(
-        registry.address, repository, "vllm0.0.1-sm_100-default",
+        shared_registry.address, repository, "vllm0.0.1-sm_100-default",
         ["vllm0.0.1-sm_100-default-b200", "vllm0.0.1-sm_100-default-gb200"], login,
     )  # fmt: skip
     listed = registry_request(
         "GET",
-        registry.address,
+        shared_registry.address,
         f"{repository}/manifests/vllm0.0.1-sm_100-default",
         login,
         {"Accept": DOCKER_LIST},
     ).json()
     assert {m["platform"]["architecture"] for m in listed["manifests"]} == {"amd64", "arm64"}
-    assert manifest_digest(registry.address, repository, "vllm0.0.1-sm_100-default", login) == digest
-    reference = f"{registry.address}/{repository}:vllm0.0.1-sm_100-default"
+    assert manifest_digest(shared_registry.address, repository, "vllm0.0.1-sm_100-default", login) == digest
+    reference = f"{shared_registry.address}/{repository}:vllm0.0.1-sm_100-default"
     pulled = docker_client.images.pull(reference, auth_config=login.as_auth_config())
     untag.append(reference)
     assert pulled.id == amd64_config, "an amd64 engine pulls the amd64 member of the list"
 
 
-def test_a_list_needs_one_image_per_platform(registry: LocalRegistry, login: Credentials) -> None:
+def test_a_list_needs_one_image_per_platform(shared_registry: LocalRegistry, login: Credentials) -> None:
     repository = "factory-test/same-platform"
-    upload_image(registry, login, repository, "a", "amd64")
-    upload_image(registry, login, repository, "b", "amd64")
+    upload_image(shared_registry, login, repository, "a", "amd64")
+    upload_image(shared_registry, login, repository, "b", "amd64")
     with pytest.raises(InputError, match="one image per platform"):
-        push_platform_list(registry.address, repository, "joined", ["a", "b"], login)
-    assert manifest_digest(registry.address, repository, "joined", login) is None
+        push_platform_list(shared_registry.address, repository, "joined", ["a", "b"], login)
+    assert manifest_digest(shared_registry.address, repository, "joined", login) is None
 
 
 def test_the_kimi_recipe_joins_blackwell_trays_with_their_x86_twins(project: Project) -> None:

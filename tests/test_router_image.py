@@ -3,7 +3,7 @@ factory's images, named by every pd_cluster deployment's router, and validated f
 health check passes, and it routes completions to two CPU servers of the tiny model. Then prefill/decode
 for real on CPU: a prefill and a decode server of the tiny model joined by vLLM's ExampleConnector (KV
 through shared storage, no GPU), behind the router in P/D mode, answering a chat with KV the decode
-server loaded and did not compute."""
+server loaded and did not compute. The two live tests share one pair of servers, each with its own router."""
 
 from __future__ import annotations
 
@@ -125,11 +125,15 @@ def test_the_router_image_is_tagged_and_labelled_like_the_factory_images(
 
 
 class Cluster:
-    """Containers on one labelled network, each removed (with the network) when the test ends."""
+    """Containers on one labelled network, each removed (with the network, unless it joined another
+    cluster's) when the test or module that made the cluster ends."""
 
-    def __init__(self, client: docker.DockerClient) -> None:
+    def __init__(self, client: docker.DockerClient, network: Any = None) -> None:
         self.client = client
-        self.network = client.networks.create(f"factory-router-{uuid.uuid4().hex[:8]}", labels=ROUTER_LABEL)
+        self.joined = network is not None
+        self.network = network or client.networks.create(
+            f"factory-router-{uuid.uuid4().hex[:8]}", labels=ROUTER_LABEL
+        )
         self.containers: list[Any] = []
         self.volumes: list[Any] = []
 
@@ -160,16 +164,8 @@ class Cluster:
             container.remove(force=True, v=True)
         for volume in self.volumes:
             volume.remove(force=True)
-        self.network.remove()
-
-
-@pytest.fixture
-def cluster(docker_client: docker.DockerClient) -> Iterator[Cluster]:
-    found = Cluster(docker_client)
-    try:
-        yield found
-    finally:
-        found.remove()
+        if not self.joined:
+            self.network.remove()
 
 
 def tiny_server(cluster: Cluster, name: str, image: str, extra: list[str], **options: Any) -> Any:
@@ -206,24 +202,82 @@ def completions_served(container: Any) -> int:
     return container.logs().decode(errors="replace").count('"POST /v1/completions HTTP/1.1" 200')
 
 
+def completions_since(servers: list[Any], before: list[int], answered: int) -> list[int]:
+    """How many completions each server answered since `before`, once their logs show all `answered` (or
+    after 30 s): a server's access log line reaches the engine's log a moment after its answer reaches the
+    client, and read at once it missed the last answer here ([1, 2] for four, on a loaded machine)."""
+    import time
+
+    deadline = time.monotonic() + 30
+    while True:
+        now = [completions_served(server) - earlier for server, earlier in zip(servers, before, strict=True)]
+        if sum(now) >= answered or time.monotonic() > deadline:
+            return now
+        time.sleep(0.5)
+
+
+# vLLM's connector that passes KV through a shared folder (named SharedStorageConnector before 0.11): the one
+# connector vLLM ships that needs no GPU and no RDMA. Each server saves the KV of the prompts it computes and
+# loads what the folder holds for a prompt it is given.
+KV_FOLDER = "/kv"
+KV_TRANSFER = {
+    "kv_connector": "ExampleConnector",
+    "kv_role": "kv_both",
+    "kv_connector_extra_config": {"shared_storage_path": KV_FOLDER},
+}
+
+
+@pytest.fixture(scope="module")
+def servers(docker_client: docker.DockerClient, tiny_built: BuildResult) -> Iterator[Cluster]:
+    """Two CPU servers of the tiny model (`server-1`, `server-2`) for both live tests, started once: each
+    start takes 45 to 70 s here, and the two tests started two each. Both join KV through one shared folder
+    (KV_TRANSFER), which prefill/decode needs; round robin is indifferent to it, as the KV-store routers'
+    workers carry a KV connector too. Each test runs its own router on the servers' network, and reads
+    what the servers did as the difference from before it, so neither depends on the other or its order."""
+    cluster = Cluster(docker_client)
+    try:
+        folder = cluster.volume()
+        kv = ["--kv-transfer-config", json.dumps(KV_TRANSFER)]
+        started = [
+            tiny_server(
+                cluster, name, tiny_built.image, kv, volumes={folder: {"bind": KV_FOLDER, "mode": "rw"}}
+            )
+            for name in ("server-1", "server-2")
+        ]
+        for server in started:
+            wait_for_health(server)
+        yield cluster
+    finally:
+        cluster.remove()
+
+
+@pytest.fixture
+def cluster(docker_client: docker.DockerClient, servers: Cluster) -> Iterator[Cluster]:
+    """The test's own containers (its router) on the servers' network, removed when the test ends."""
+    found = Cluster(docker_client, servers.network)
+    try:
+        yield found
+    finally:
+        found.remove()
+
+
 @pytest.mark.docker
 @pytest.mark.e2e
 def test_the_router_starts_answers_health_and_routes_completions_to_two_cpu_servers(
-    no_leftovers: None, project: Project, router_built: BuildResult, tiny_built: BuildResult, cluster: Cluster
+    no_leftovers: None, project: Project, router_built: BuildResult, servers: Cluster, cluster: Cluster
 ) -> None:
     health = router_health(project)
     assert health.port == 30000, "vllm-router 0.1.17 listens on 30000 when no --port is given"
-    servers = [tiny_server(cluster, name, tiny_built.image, []) for name in ("server-1", "server-2")]
-    # The router binds only once its workers are healthy and gives up after 600 s: start it after them.
-    for server in servers:
-        wait_for_health(server)
+    before = [completions_served(server) for server in servers.containers]
+    # The router binds only once its workers are healthy and gives up after 600 s: it starts after them
+    # (the servers fixture waits for their health).
     router = cluster.run(
         "router",
         router_built.image,
         [
             "--worker-urls",
-            cluster.url("server-1"),
-            cluster.url("server-2"),
+            servers.url("server-1"),
+            servers.url("server-2"),
             "--policy",
             "round_robin",
             "--host",
@@ -244,30 +298,33 @@ def test_the_router_starts_answers_health_and_routes_completions_to_two_cpu_serv
         )
         assert response.status_code == 200, response.text
         assert response.json()["choices"][0]["text"]
-    served = [completions_served(server) for server in servers]
+    served = completions_since(servers.containers, before, 4)
     assert served == [2, 2], f"round robin over both servers: {served}"
 
 
-# vLLM's connector that passes KV through a shared folder (named SharedStorageConnector before 0.11): the one
-# connector vLLM ships that needs no GPU and no RDMA. Each server saves the KV of the prompts it computes and
-# loads what the folder holds for a prompt it is given.
-KV_FOLDER = "/kv"
-KV_TRANSFER = {
-    "kv_connector": "ExampleConnector",
-    "kv_role": "kv_both",
-    "kv_connector_extra_config": {"shared_storage_path": KV_FOLDER},
-}
-
-
-def metric(container: Any, name: str, **labels: str) -> float:
-    """One sample of the server's Prometheus metrics, read inside its container."""
+def metric(container: Any, name: str, *, unset: float | None = None, **labels: str) -> float:
+    """One sample of the server's Prometheus metrics, read inside its container. `unset`: the value of a
+    counter the server has not exported yet (none of its requests counted in it), where that is allowed."""
     result = container.exec_run(["curl", "-fsS", "http://127.0.0.1:8000/metrics"])
     assert result.exit_code == 0, result.output
     wanted = [f'{key}="{value}"' for key, value in labels.items()]
     for line in result.output.decode().splitlines():
         if line.startswith(name + "{") and all(label in line for label in wanted):
             return float(line.rsplit(" ", 1)[1])
+    if unset is not None:
+        return unset
     raise AssertionError(f"no {name} {labels} in the metrics of {container.name}")
+
+
+# What the prefill/decode test reads of each server, as (server, metric, labels): counters, read before and
+# after its one request, the difference being what that request did.
+PD_COUNTERS = {
+    "prefill generated": ("prefill", "vllm:generation_tokens_total", {}),
+    "prefill computed": ("prefill", "vllm:prompt_tokens_by_source_total", {"source": "local_compute"}),
+    "decode loaded": ("decode", "vllm:prompt_tokens_by_source_total", {"source": "external_kv_transfer"}),
+    "decode computed": ("decode", "vllm:prompt_tokens_by_source_total", {"source": "local_compute"}),
+    "decode generated": ("decode", "vllm:generation_tokens_total", {}),
+}
 
 
 @pytest.mark.docker
@@ -276,21 +333,22 @@ def test_prefill_and_decode_on_cpu_behind_the_router_decode_loads_kv_it_did_not_
     no_leftovers: None,
     project: Project,
     router_built: BuildResult,
-    tiny_built: BuildResult,
+    servers: Cluster,
     cluster: Cluster,
 ) -> None:
-    import json
-
     port = router_health(project).port
+    # The shared servers (both configured for KV transfer): one is the prefill server, the other decode.
+    roles = dict(zip(("prefill", "decode"), servers.containers, strict=True))
+    decode = roles["decode"]
 
-    folder = cluster.volume()
-    kv = ["--kv-transfer-config", json.dumps(KV_TRANSFER)]
-    prefill, decode = (
-        tiny_server(cluster, name, tiny_built.image, kv, volumes={folder: {"bind": KV_FOLDER, "mode": "rw"}})
-        for name in ("prefill", "decode")
-    )
-    for server in (prefill, decode):
-        wait_for_health(server)
+    def counters(unset: float | None = None) -> dict[str, float]:
+        return {
+            what: metric(roles[role], name, unset=unset, **labels)
+            for what, (role, name, labels) in PD_COUNTERS.items()
+        }
+
+    # Before: a counter not exported yet has counted nothing; after, every one must be there.
+    before, decode_log_before = counters(unset=0.0), len(decode.logs())
     # The router's P/D command as the pd_cluster files write it, over these two servers.
     router = cluster.run(
         "router",
@@ -300,9 +358,9 @@ def test_prefill_and_decode_on_cpu_behind_the_router_decode_loads_kv_it_did_not_
             "round_robin",
             "--vllm-pd-disaggregation",
             "--prefill",
-            cluster.url("prefill"),
+            servers.url("server-1"),
             "--decode",
-            cluster.url("decode"),
+            servers.url("server-2"),
             "--host",
             "0.0.0.0",
             "--worker-startup-check-interval",
@@ -327,16 +385,17 @@ def test_prefill_and_decode_on_cpu_behind_the_router_decode_loads_kv_it_did_not_
     answer = response.json()
     assert answer["usage"]["completion_tokens"] == 8 and answer["choices"][0]["message"]["content"]
     prompt_tokens = answer["usage"]["prompt_tokens"]
+    # What this one request did on each server (the servers may have served the other test before).
+    did = {what: value - before[what] for what, value in counters().items()}
     # The prefill server computed the prompt and one token (the router asks it for max_tokens=1) ...
-    assert metric(prefill, "vllm:generation_tokens_total") == 1
-    assert metric(prefill, "vllm:prompt_tokens_by_source_total", source="local_compute") == prompt_tokens
+    assert did["prefill generated"] == 1
+    assert did["prefill computed"] == prompt_tokens
     # ... and the decode server took the prompt's KV from it instead of computing it: whole blocks loaded
     # from the shared folder, only the remainder computed, and the eight tokens generated there.
-    loaded = metric(decode, "vllm:prompt_tokens_by_source_total", source="external_kv_transfer")
-    computed = metric(decode, "vllm:prompt_tokens_by_source_total", source="local_compute")
+    loaded, computed = did["decode loaded"], did["decode computed"]
     assert loaded > 0 and loaded + computed == prompt_tokens, (loaded, computed, prompt_tokens)
-    assert metric(decode, "vllm:generation_tokens_total") == 8
-    logs = decode.logs().decode(errors="replace")
+    assert did["decode generated"] == 8
+    logs = decode.logs()[decode_log_before:].decode(errors="replace")  # what it logged for this request
     assert "External Cache Hit!" in logs and f"Inject KV cache of {int(loaded)} tokens" in logs, logs[-3000:]
 
 
