@@ -23,7 +23,7 @@ from tests.cluster import ControlPlane
 from tests.conftest import ROOT, TINY, blueprint_of, go_tool
 from tests.registry import LocalRegistry, running_registry
 from tests.signing import Cosign, Registry, provenance
-from tests.trust import Trust
+from tests.trust import Trust, wait_for
 
 DENIED = 'admission webhook "url.policy.sigstore.dev" denied the request'
 ONE_NODE = "single_node_tp"
@@ -77,10 +77,10 @@ def trust(
         trust.webhook("up")
         yield trust
     finally:
-        trust.run(
-            "delete", "-f", str(root / "k8s/_verify/admission.yaml"), "--ignore-not-found", "--wait=false"
-        )
-        trust.webhook("down")
+        kinds = "validatingadmissionpolicies,validatingadmissionpolicybindings"
+        floor = trust.run("delete", kinds, "-l", "app.kubernetes.io/managed-by=vllm-factory")
+        trust.webhook("down")  # the ClusterImagePolicies go with its CRDs
+        assert floor.returncode == 0, f"the floor is left on the shared control plane: {floor.stderr}"
 
 
 def _folder(trust: Trust, strategy: str) -> str:
@@ -90,6 +90,22 @@ def _folder(trust: Trust, strategy: str) -> str:
 
 def _images_of(pods: list[dict[str, object]]) -> set[str]:
     return {c["image"] for p in pods for c in p["spec"]["containers"]}  # type: ignore[index]
+
+
+def test_the_committed_component_with_nothing_published_and_no_key_refuses_every_image(trust: Trust) -> None:
+    """The project's own k8s/_verify (no record, no key) fails closed: the floor allows no repository."""
+    applied = trust.run("apply", "--server-side", "-f", str(ROOT / "k8s/_verify/admission.yaml"))
+    assert applied.returncode == 0, applied.stderr
+    trust.trusted = None  # the floor now allows nothing: the next trust_only applies the copy's again
+    namespace = trust.namespace("nothing-published")
+
+    def refused() -> str | None:
+        answer = trust.pod(namespace, "signed", trust.image("signed"), "--dry-run=server").stderr
+        return answer if "(none yet)" in answer else None  # once the API server enforces the new version
+
+    said = str(wait_for("the floor allowing no repository", refused))
+    assert "ValidatingAdmissionPolicy 'vllm-factory-pinned-images'" in said
+    assert "not from a repository the factory published to (none yet)" in said
 
 
 def test_the_published_deployment_is_admitted_and_runs_by_its_signed_digest(trust: Trust) -> None:
@@ -153,6 +169,8 @@ def test_an_lws_leader_and_its_workers_are_judged_alike(trust: Trust) -> None:
     said = trust.warning(unsigned, "LeaderWorkerSet", "tiny", "Failed to create leader statefulset", DENIED)
     assert "no signatures found" in said
     assert trust.plane.items("pods", unsigned) == []
+    described = trust.shell(f"kubectl describe leaderworkerset -n {unsigned}").stdout
+    assert "Failed to create leader statefulset" in described and "no signatures found" in described
 
     mixed = trust.namespace("group-mixed")
     patches = _worker_image(trust.image("unsigned"))
@@ -202,7 +220,9 @@ def test_with_the_webhook_stopped_new_pods_are_refused_not_admitted(trust: Trust
     assert direct.returncode != 0 and 'failed calling webhook "url.policy.sigstore.dev"' in direct.stderr
     trust.run("delete", "pod", "-n", namespace, "--all", "--wait=false")
     assert "connection refused" in trust.warning(namespace, "ReplicaSet", "tiny", "failed calling webhook")
-    assert trust.pods(namespace) == []
+    listed = trust.shell(f"kubectl get events -n {namespace} --field-selector type=Warning").stdout
+    assert "FailedCreate" in listed and "failed calling webhook" in listed
+    wait_for("the deleted pod gone, and no other running", lambda: trust.pods(namespace) == [])
 
 
 def test_while_a_key_rotates_both_keys_are_trusted_and_after_it_the_old_one_is_refused(trust: Trust) -> None:
@@ -228,6 +248,8 @@ def test_while_a_key_rotates_both_keys_are_trusted_and_after_it_the_old_one_is_r
     server = f"{kubernetes.COMPONENT_LABEL}={kubernetes.SERVER_COMPONENT}"
     trust.run("delete", "pod", "-n", namespace, "-l", server, "--wait=false")
     assert "no matching signatures" in trust.warning(namespace, "ReplicaSet", "tiny", DENIED)
+    described = trust.shell(f"kubectl describe replicaset -n {namespace}").stdout  # what an operator reads
+    assert "FailedCreate" in described and DENIED in described and "no matching signatures" in described
     trust.run("delete", "pod", "-n", group, "-l", f"{kubernetes.LWS_INDEX_LABEL}=1", "--wait=false")
     assert "no matching signatures" in trust.warning(group, "StatefulSet", "tiny", DENIED)
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import base64
 import json
-import shutil
+import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ import yaml
 from factory.lockfile.trusted_keys import keys_folder
 from factory.project import load_project
 from tests.cluster import ControlPlane
-from tests.conftest import ROOT, kubectl, run_factory
+from tests.conftest import ROOT, kubectl
 from tests.registry import LocalRegistry
 from tests.signing import Key
 
@@ -28,6 +29,21 @@ WEBHOOK = ROOT / "testbench" / "policy-webhook"
 INCLUDE = "policy.sigstore.dev/include"
 PULL_SECRET = "registry-login"
 POLICIES = ("vllm-factory-signature", "vllm-factory-provenance")
+# The commands docs/issue-46.md gives for trusting a key and for retiring one, run as written.
+APPLY = "kubectl apply --server-side -f k8s/_verify/admission.yaml\n"
+TRUST_KEY = (
+    """mkdir -p recipes/lock/trusted-keys
+cp {public} recipes/lock/trusted-keys/{name}.pub
+factory generate
+"""
+    + APPLY
+)
+RETIRE_KEY = (
+    """rm recipes/lock/trusted-keys/{name}.pub
+factory generate
+"""
+    + APPLY
+)
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 30, every: float = 0.3) -> Any:
@@ -76,23 +92,31 @@ class Trust:
 
     # --- the policy ----------------------------------------------------------------------------------
 
+    def shell(self, script: str) -> subprocess.CompletedProcess[str]:
+        """Commands as a user types them, in the project's copy: `factory` and `kubectl` on PATH, KUBECONFIG
+        naming the control plane."""
+        tools = Path(kubectl()).parent
+        env = {**os.environ, "KUBECONFIG": str(self.plane.folder / "kubeconfig"), "PYTHONPATH": str(ROOT),
+               "PATH": f"{tools}{os.pathsep}{os.environ.get('PATH', '')}"}  # fmt: skip
+        prelude = f'set -euo pipefail\nfactory() {{ "{sys.executable}" -m factory "$@"; }}\n'
+        return subprocess.run(["bash", "-c", prelude + script], cwd=self.root, env=env, capture_output=True,
+                              text=True, timeout=300)  # fmt: skip
+
     def trust_only(self, *names: str) -> None:
-        """Trust exactly these keys, as a user does: their .pub files in the project, `factory generate`,
-        then `kubectl apply` of the component's admission objects; returns once the webhook and the API
-        server judge by them."""
+        """Trust exactly these keys, by the commands docs/issue-46.md gives (a key's file added or removed,
+        `factory generate`, the admission objects applied); returns once the webhook and the API server
+        judge by them."""
         if not self.webhook_running():
             self.webhook("up")
         if self.trusted == names:
             return
         folder = keys_folder(load_project(self.root).lock_path)
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
-        for name in names:
-            shutil.copy(self.keys[name].public, folder / f"{name}.pub")
-        generated = run_factory(self.root, "generate")
-        assert generated.returncode == 0, generated.stderr[-2000:]
-        applied = self.run("apply", "--server-side", "-f", str(self.root / "k8s/_verify/admission.yaml"))
-        assert applied.returncode == 0, applied.stderr
+        present = {path.stem for path in folder.glob("*.pub")}
+        scripts = [TRUST_KEY.format(public=self.keys[n].public, name=n) for n in names if n not in present]
+        scripts += [RETIRE_KEY.format(name=n) for n in sorted(present - set(names))]
+        for script in scripts or [APPLY]:
+            done = self.shell(script)
+            assert done.returncode == 0, f"{script}: {done.stderr[-2000:]}"
         wait_for(
             f"the webhook's policies naming {names}",
             lambda: self._loaded() == {p: set(names) for p in POLICIES},
@@ -111,16 +135,19 @@ class Trust:
         return {name: {a["name"] for a in json.loads(body)["authorities"]} for name, body in data.items()}
 
     def wait_for_floor(self) -> None:
-        """The API server enforces a new ValidatingAdmissionPolicy about a second after it is created: a
-        server-side dry run of a pod from elsewhere is refused once it does."""
+        """The API server enforces a ValidatingAdmissionPolicy about a second after it is applied: once it
+        enforces this one, a server-side dry run of a pod from elsewhere is refused by it, and one from the
+        published repository passes it (to be refused by the webhook: no such digest is signed)."""
         namespace = self.namespace("floor-probe", exist_ok=True)
-        probe = "127.0.0.1:1/elsewhere@sha256:" + "0" * 64
+        digest = "@sha256:" + "0" * 64
+        floor = "vllm-factory-pinned-images"
 
-        def refused() -> bool:
-            answer = self.pod(namespace, "probe", probe, "--dry-run=server")
-            return answer.returncode != 0 and "vllm-factory-pinned-images" in answer.stderr
+        def enforced() -> bool:
+            elsewhere = self.pod(namespace, "elsewhere", f"127.0.0.1:1/elsewhere{digest}", "--dry-run=server")
+            published = self.pod(namespace, "published", f"{self.repository}{digest}", "--dry-run=server")
+            return floor in elsewhere.stderr and published.returncode != 0 and floor not in published.stderr
 
-        wait_for("the floor (ValidatingAdmissionPolicy)", refused)
+        wait_for("the floor (ValidatingAdmissionPolicy) enforced as applied", enforced)
 
     # --- namespaces, objects, answers ----------------------------------------------------------------
 

@@ -65,7 +65,8 @@ def read_trusted_keys(folder: Path) -> list[TrustedKey]:
 
 
 def _public_key(path: Path) -> str:
-    data = path.read_bytes()[: MAX_BYTES + 1]
+    with path.open("rb") as file:
+        data = file.read(MAX_BYTES + 1)
     text = data.decode("ascii", errors="replace")
     kinds = _ANY_PEM.findall(text)
     if len(data) > MAX_BYTES or kinds != ["PUBLIC KEY"]:
