@@ -45,7 +45,9 @@ PROVENANCE = "https://slsa.dev/provenance/v1"
 # label ai.vllm.factory.inputs-hash).
 INPUTS_HASH = ("predicate", "buildDefinition", "internalParameters", "inputsHash")
 # policy-controller evaluates Rego v0 over the statement (`input`); an answer that is an object carries the
-# refusal's words (cosign v2.5.0's pkg/cosign/rego, evaluateRegoEvalMapResult).
+# refusal's words (cosign v2.5.0's pkg/cosign/rego, evaluateRegoEvalMapResult). Not CUE: it is validated
+# without asking for concrete values (pkg/policy/eval.go), so a constraint on a missing field passes (tried:
+# a provenance without the inputs hash was admitted).
 REGO = """package sigstore
 
 hashes := {h | h := object.get(input, $PATH, null); is_string(h); regex.match("^[0-9a-f]{64}$", h)}
