@@ -42,6 +42,13 @@ class Project:
                 continue
         return path.name
 
+    def named(self, path: Path) -> str:
+        """A file a generated file names as its source: from the output folder where it lives there (a
+        --recipes tree's lock/), else as relative() names it; never by this machine's path."""
+        out = self.out.resolve()
+        inside = path.resolve().is_relative_to(out)
+        return path.resolve().relative_to(out).as_posix() if inside else self.relative(path)
+
     def source(self, relative: str) -> Path:
         """The file or folder a `relative()` path names."""
         for base in (self.root, self.tree.root):

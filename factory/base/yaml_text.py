@@ -32,6 +32,20 @@ def _double_quoted(value: str) -> str:
     return f'"{inner}"'
 
 
+class Block(str):
+    """A multi-line string written as a YAML literal block (`|`), as people read a PEM key or a policy in
+    a manifest; written as a JSON string instead where a literal block could not hold it exactly."""
+
+    def lines(self, indent: str) -> list[str] | None:
+        text = str(self)
+        body = text[:-1].split("\n") if text.endswith("\n") and not text.endswith("\n\n") else []
+        if not body or not body[0] or body[0].startswith(" "):
+            return None  # a literal block keeps one final newline and reads its indent from the first line
+        if any(not line.isprintable() or line.endswith(" ") for line in body):
+            return None
+        return [f"{indent}{line}" if line else "" for line in body]
+
+
 def scalar(value: Any) -> str:
     if type(value) is str:
         spelled = _SPELLED.get(value)
@@ -63,6 +77,8 @@ def _block(value: dict[str, Any] | list[Any], indent: str, out: list[str], first
             elif item and isinstance(item, list):
                 out.append(head)
                 _block(item, indent, out)
+            elif isinstance(item, Block) and (lines := item.lines(indent + "  ")) is not None:
+                out += [f"{head} |", *lines]
             else:
                 out.append(f"{head} {_flow(item)}")
         return

@@ -5,7 +5,7 @@ implements factory.render.protocol.OutputFormat and a line here."""
 from __future__ import annotations
 
 from factory.render import bake, compose, kubernetes
-from factory.render.components import model_cache_claim, published_images
+from factory.render.components import model_cache_claim, published_images, verify
 from factory.render.protocol import OutputFormat, OverAllImages, PerDeployment
 from factory.render.renderings import RenderingsFormat
 
@@ -21,6 +21,7 @@ OPTIONS: tuple[OutputFormat, ...] = (
         "model-cache-claim", "k8s", lambda project, _: [model_cache_claim.component(project.catalog.server)]
     ),
     OverAllImages("published-images", "k8s", published_images.files),
+    OverAllImages("verify", "k8s", verify.files),
 )
 
 

@@ -55,8 +55,4 @@ def files(project: Project, targets: Sequence[BakeTarget]) -> list[OutputFile]:
     """The component as this run prints it: the record read on every run (one small file), so a publish
     shows in the manifests without planning any recipe again."""
     path = record_file(project.lock_path)
-    out = project.out.resolve()
-    # Named from the output folder where it lives there (a --recipes tree's lock/), never by machine path.
-    inside = path.resolve().is_relative_to(out)
-    source = path.resolve().relative_to(out).as_posix() if inside else project.relative(path)
-    return [component(read_record(path), list(targets), source)]
+    return [component(read_record(path), list(targets), project.named(path))]

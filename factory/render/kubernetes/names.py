@@ -25,6 +25,8 @@ IMAGES_COMPONENT = PurePosixPath(ROOT) / "_published"
 # patches the pod templates at these paths, in the workloads labelled as serving (not the router's).
 CLAIM_COMPONENT = PurePosixPath(ROOT) / "_model-cache-claim"
 COMPONENT_LABEL = "app.kubernetes.io/component"
+# Every object the factory generates carries it (the verify component's floor selects workloads by it).
+MANAGED_BY = {"app.kubernetes.io/managed-by": "vllm-factory"}
 SERVER_COMPONENT = "server"
 TEMPLATE_PATHS = {
     "Deployment": ("/spec/template",),

@@ -15,6 +15,7 @@ from factory.render.kubernetes.names import (
     COMPONENT_LABEL,
     LWS_INDEX_LABEL,
     LWS_NAME_LABEL,
+    MANAGED_BY,
     NAME_LABEL,
     SERVER_COMPONENT,
     SERVICE_SUFFIX,
@@ -34,7 +35,7 @@ def objects(deployment: Deployment) -> list[Manifest]:
     labels = {
         NAME_LABEL: name,
         COMPONENT_LABEL: SERVER_COMPONENT,
-        "app.kubernetes.io/managed-by": "vllm-factory",
+        **MANAGED_BY,
     }
     if deployment.deploy_type == "pd_cluster":
         return pd_objects(deployment, name, labels, where)
