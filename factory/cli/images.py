@@ -56,8 +56,12 @@ def _build_flags(args: argparse.Namespace) -> dict[str, object]:
 def cmd_build(project: Project, args: argparse.Namespace) -> int:
     from factory.base.settings import load_settings
     from factory.builder.builder import build_image, summary, write_report
+    from factory.builder.record import RECORDS, record_of, write_record
+    from factory.engine.connect import connect, engine_facts
 
     settings = load_settings(project.root, _build_flags(args))
+    client = connect()
+    engine = engine_facts(client).version
     results = []
     for blueprint in _selected(project, args):
         result = build_image(
@@ -72,6 +76,8 @@ def cmd_build(project: Project, args: argparse.Namespace) -> int:
         )
         results.append(result)
         say(summary(result))
+        # What made this image ID, for the provenance `factory publish` attaches.
+        write_record(record_of(client, result, engine), args.report.parent / RECORDS)
     write_report(results, args.report)
     say(f"report: {args.report}")
     return 0
@@ -112,27 +118,28 @@ def cmd_validate(project: Project, args: argparse.Namespace) -> int:
 def cmd_publish(project: Project, args: argparse.Namespace) -> int:
     from factory.base.settings import registry_of
     from factory.lockfile.published import record_file
-    from factory.publish.publisher import publish_image, record_publish, write_publish_report
+    from factory.publish.signed import PublishOptions, Signing, publish_one, write_outcomes
+    from factory.trust.keys import signing_key
 
-    registry = registry_of(project.root, args.registry)
+    if args.unsigned:
+        warn("WARNING: publishing WITHOUT a signature (--unsigned): nothing can verify these images")
+        signing = Signing()
+    else:
+        key = None if args.keyless else signing_key(args.key, [project.root, project.out])
+        signing = Signing(key=key, keyless=args.keyless)
+    options = PublishOptions(
+        registry_of(project.root, args.registry), args.reports, args.tag, signing, args.force_unvalidated
+    )
     record = record_file(project.lock_path)
-    results = []
+    outcomes = []
     for blueprint in _selected(project, args):
-        published = publish_image(
-            blueprint.image,
-            registry,
-            args.reports / "validated",
-            args.tag,
-            force_unvalidated=args.force_unvalidated,
-            report=say,
-        )
-        for item in published:
+        outcome = publish_one(project, blueprint, options, record, report=say)
+        for item in outcome.published:
             say(f"published {item.reference} {item.digest} (attempts: {item.attempts})")
-        record_publish(blueprint.image, published, record)
-        results += published
-    if results:
-        say(f"recorded in {record}: run `factory generate` to pin the Kubernetes manifests to the digests")
-    write_publish_report(results, args.reports / "publish.json")
+        outcomes.append(outcome)
+    if outcomes:
+        say(f"recorded in {record}: run `factory generate` to pin the manifests (and compose) to the digests")
+    write_outcomes(outcomes, args.reports / "publish.json")
     return 0
 
 

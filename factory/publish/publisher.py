@@ -8,12 +8,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from docker.errors import ImageNotFound
+from docker.models.images import Image
 
 from factory.base.errors import DockerError, InputError, RefusedError
 from factory.base.files import write_text_atomic
 from factory.base.reporter import Reporter, silent
 from factory.engine.connect import connect
-from factory.lockfile.published import PublishedImage, record_published
+from factory.lockfile.published import PublishedImage, Signed, record_published
 from factory.plan.models import ImagePlan
 from factory.publish.pusher import push
 from factory.publish.registry import credentials_for, manifest_digest, split_registry
@@ -56,17 +57,11 @@ def expand_tags(image: ImagePlan, templates: list[str]) -> list[str]:
         ) from None
 
 
-def publish_image(
-    image: ImagePlan,
-    registry: str,
-    records: Path,
-    extra_tags: list[str] | None = None,
-    force_unvalidated: bool = False,
-    attempts: int = 4,
-    backoff_s: float = 1.0,
-    report: Reporter = silent,
-) -> list[Published]:
-    """Push the image's tags (only when a passing validation with live probes is recorded for its ID)."""
+def validated_image(
+    image: ImagePlan, records: Path, force_unvalidated: bool, report: Reporter = silent
+) -> tuple[Image, bool]:
+    """The built image, and whether a passing validation with live probes is recorded for its ID (refused
+    without one, unless forced)."""
     client = connect()
     try:
         local = client.images.get(image.reference)
@@ -89,6 +84,22 @@ def publish_image(
         )
     if not validated:
         report(f"WARNING: publishing {image.reference} WITHOUT a passing validation (--force-unvalidated)")
+    return local, validated
+
+
+def publish_image(
+    image: ImagePlan,
+    registry: str,
+    records: Path,
+    extra_tags: list[str] | None = None,
+    force_unvalidated: bool = False,
+    attempts: int = 4,
+    backoff_s: float = 1.0,
+    report: Reporter = silent,
+) -> list[Published]:
+    """Push the image's tags (only when a passing validation with live probes is recorded for its ID)."""
+    client = connect()
+    local, validated = validated_image(image, records, force_unvalidated, report)
     credentials = credentials_for(split_registry(registry)[0])
     target = f"{registry}/{image.repository}"
     published = []
@@ -110,10 +121,14 @@ def write_publish_report(results: list[Published], path: Path) -> None:
     write_text_atomic(path, json.dumps([asdict(result) for result in results], indent=2) + "\n")
 
 
-def record_publish(image: ImagePlan, published: list[Published], path: Path) -> None:
-    """Note in the publish record (committed, read by `factory generate`) where the image now lives and
-    its digest, so the Kubernetes manifests run it by digest."""
+def record_publish(
+    image: ImagePlan, published: list[Published], path: Path, signed: Signed | None = None
+) -> None:
+    """Note in the publish record (committed, read by `factory generate`) where the image now lives, its
+    digest, and how it is signed and attested, so the manifests run it by digest and compose verifies it."""
     readable = next(item for item in published if item.reference.endswith(f"/{image.reference}"))
     repository = readable.reference.removesuffix(f":{image.tag}")
-    entry = PublishedImage(repository=repository, digest=readable.digest, immutable_tag=image.immutable_tag)
+    entry = PublishedImage(
+        repository=repository, digest=readable.digest, immutable_tag=image.immutable_tag, signed=signed
+    )
     record_published(path, image.reference, entry)

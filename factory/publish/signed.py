@@ -1,0 +1,86 @@
+"""`factory publish` as a whole: validated, then what the signature will vouch for made (SBOM, provenance),
+then pushed, then signed and attested by digest and verified, then recorded. A failure before the push pushes
+nothing; a failure after it records nothing (the tags pushed stay, unsigned; a second publish signs them)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from factory.base.files import write_text_atomic
+from factory.base.reporter import Reporter, silent
+from factory.blueprint import Blueprint
+from factory.lockfile.published import Signed
+from factory.project import Project
+from factory.publish.publisher import Published, publish_image, record_publish, validated_image
+from factory.publish.registry import credentials_for
+from factory.trust.attach import Timings, attach, prepare
+from factory.trust.keys import SigningKey
+
+
+@dataclass(frozen=True)
+class Signing:
+    """How to sign: with a key, keyless (CI's OIDC identity), or not at all (`--unsigned`)."""
+
+    key: SigningKey | None = None
+    keyless: bool = False
+
+    @property
+    def signs(self) -> bool:
+        return self.key is not None or self.keyless
+
+
+@dataclass(frozen=True)
+class PublishOptions:
+    registry: str
+    reports: Path
+    tags: list[str]
+    signing: Signing
+    force_unvalidated: bool = False
+
+
+@dataclass(frozen=True)
+class Outcome:
+    published: list[Published]
+    signed: Signed | None
+    seconds: dict[str, float]
+
+
+def publish_one(
+    project: Project, blueprint: Blueprint, options: PublishOptions, record: Path, report: Reporter = silent
+) -> Outcome:
+    image = blueprint.image
+    records = options.reports / "validated"
+    validated_image(image, records, options.force_unvalidated, report)
+    timings = Timings()
+    prepared = prepare(project, blueprint, options.reports) if options.signing.signs else None
+    published = publish_image(
+        image, options.registry, records, options.tags, options.force_unvalidated, report=report
+    )
+    signed = None
+    if prepared is not None:
+        reference = published[0].reference.rpartition(":")[0] + "@" + published[0].digest
+        host = reference.split("/", 1)[0]
+        signed = attach(reference, prepared, options.signing.key, credentials_for(host), blueprint, timings)
+        report(
+            f"signed and attested {reference} (SBOM {len(prepared.sbom):,} bytes, provenance "
+            f"{len(prepared.provenance):,} bytes): "
+            + ", ".join(f"{k} {v:.2f} s" for k, v in timings.seconds.items())
+        )
+    record_publish(image, published, record, signed)
+    return Outcome(published, signed, timings.seconds)
+
+
+def write_outcomes(outcomes: list[Outcome], path: Path) -> None:
+    """reports/publish.json: each tag pushed, and per image its signature, attestations and their timings."""
+    body = [
+        {
+            **asdict(item),
+            "signed": outcome.signed.model_dump(exclude_none=True) if outcome.signed else None,
+            "seconds": outcome.seconds,
+        }
+        for outcome in outcomes
+        for item in outcome.published
+    ]
+    write_text_atomic(path, json.dumps(body, indent=2) + "\n")
