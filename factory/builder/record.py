@@ -36,8 +36,13 @@ class BuildRecord:
     builder_id: str  # a URI naming who built it: the CI workflow run, or this factory on this host
     builder_version: dict[str, str]
     backend: str
-    started: str  # ISO 8601, UTC
+    started: str  # ISO 8601, UTC: this build's start and end
     finished: str
+    # What the build found cached (all of it: the image existed, made by an earlier build), and when the
+    # engine says the image was made.
+    cached_steps: int = 0
+    total_steps: int = 0
+    image_created: str = ""
 
 
 def builder_identity(backend: str) -> str:
@@ -70,6 +75,9 @@ def record_of(client: docker.DockerClient, result: BuildResult, engine_version: 
         backend=result.backend,
         started=started.isoformat().replace("+00:00", "Z"),
         finished=finished.isoformat().replace("+00:00", "Z"),
+        cached_steps=result.cached_steps,
+        total_steps=result.total_steps,
+        image_created=str(client.images.get(result.image_id).attrs.get("Created", "")),
     )
 
 

@@ -36,8 +36,16 @@ def cmd_verify(project: Project, args: argparse.Namespace) -> int:
         verdict = verify_published(project, model, args.hardware, args.variant, args.kv_store, args.key)
     if args.json:
         checks = [{"check": c.name, "ok": c.ok, "detail": c.detail} for c in verdict.checks]
-        say(json.dumps({"asked": verdict.asked, "reference": verdict.reference, "verified": verdict.ok,
-                        "checks": checks}))  # fmt: skip
+        say(
+            json.dumps(
+                {
+                    "asked": verdict.asked,
+                    "reference": verdict.reference,
+                    "verified": verdict.ok,
+                    "checks": checks,
+                }
+            )
+        )
     else:
         for line in report_lines(verdict.reference, verdict.checks):
             (say if verdict.ok else warn)(line)

@@ -64,10 +64,11 @@ def validated_image(
     without one, unless forced)."""
     client = connect()
     try:
-        local = client.images.get(image.reference)
+        # By the tag naming this tree's inputs: the readable tag may since name a build of other inputs.
+        local = client.images.get(image.immutable_reference)
     except ImageNotFound:
         raise DockerError(
-            f"{image.reference} is not built on this engine; build and validate it first"
+            f"{image.immutable_reference} is not built on this engine; build and validate it first"
         ) from None
     record = validation_record(records, str(local.id))
     validated = bool(record and record.get("fully_validated") and record.get("image_id") == local.id)

@@ -86,18 +86,23 @@ def _deb_component(name: str, version: str, arch: str, found: dict[str, Any]) ->
     qualifiers = {"arch": arch, **({"distro": distro} if distro else {})}
     purl = PackageURL(type="deb", namespace=found["os"], name=name, version=version, qualifiers=qualifiers)
     return Component(
-        name=name, version=version, purl=purl, bom_ref=purl.to_string(),
+        name=name,
+        version=version,
+        purl=purl,
+        bom_ref=purl.to_string(),
         properties=[Property(name=PROPERTY, value="dpkg")],
-    )  # fmt: skip
+    )
 
 
 def cyclonedx(client: docker.DockerClient, image: ImagePlan) -> dict[str, Any]:
     """The SBOM of the built image (by its local reference) as a JSON object, CycloneDX 1.6."""
     try:
-        built = client.images.get(image.reference)
+        built = client.images.get(image.immutable_reference)  # the build of exactly these inputs
     except ImageNotFound:
-        raise DockerError(f"{image.reference} is not built on this engine; build it first") from None
-    found = inventory(client, image.reference)
+        raise DockerError(
+            f"{image.immutable_reference} is not built on this engine; build it first"
+        ) from None
+    found = inventory(client, image.immutable_reference)
     locked = locked_packages(image)
     container = Component(
         type=ComponentType.CONTAINER,
@@ -108,13 +113,15 @@ def cyclonedx(client: docker.DockerClient, image: ImagePlan) -> dict[str, Any]:
         properties=[Property(name="ai.vllm.factory:inputs-hash", value=image.inputs_hash)],
     )
     tool = Component(type=ComponentType.APPLICATION, name="vllm-image-factory", version=__version__)
+    components = [
+        *(_python_component(name, version, locked) for name, version in found["python"]),
+        *(_deb_component(name, version, arch, found) for name, version, arch in found["deb"]),
+    ]
     bom = Bom(
         metadata=BomMetaData(component=container, tools=ToolRepository(components=[tool])),
-        components=[
-            *(_python_component(name, version, locked) for name, version in found["python"]),
-            *(_deb_component(name, version, arch, found) for name, version, arch in found["deb"]),
-        ],
+        components=components,
     )
+    bom.register_dependency(container, components)  # the image holds every one of them
     document: dict[str, Any] = json.loads(JsonV1Dot6(bom).output_as_string())
     return document
 

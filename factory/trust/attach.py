@@ -63,7 +63,7 @@ def prepare(project: Project, blueprint: Blueprint, reports: Path) -> Prepared:
     record of this image ID): refused before any push when either cannot be made or does not hold."""
     image = blueprint.image
     client = connect()
-    image_id = str(client.images.get(image.reference).id)
+    image_id = str(client.images.get(image.immutable_reference).id)
     record = read_record(reports / RECORDS, image_id)
     if record is None:
         raise RefusedError(
@@ -78,7 +78,15 @@ def prepare(project: Project, blueprint: Blueprint, reports: Path) -> Prepared:
             + "; ".join(differences[:5])
         )
     provenance = predicate(project, blueprint, record)
-    return Prepared(json.dumps(sbom, indent=1).encode(), json.dumps(provenance, indent=1).encode())
+    prepared = Prepared(_compact(sbom), _compact(provenance))
+    # Beside the other reports, for people and CI to read: exactly the bytes that are attested.
+    (reports / f"sbom-{image.slug}-{image.tag}.cdx.json").write_bytes(prepared.sbom)
+    (reports / f"provenance-{image.slug}-{image.tag}.json").write_bytes(prepared.provenance)
+    return prepared
+
+
+def _compact(document: object) -> bytes:
+    return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
 
 
 def _cosign(arguments: list[str], host: str, credentials: Credentials | None, what: str) -> None:

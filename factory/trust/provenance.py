@@ -117,5 +117,16 @@ def predicate(project: Project, blueprint: Blueprint, record: BuildRecord) -> di
                 "startedOn": record.started,
                 "finishedOn": record.finished,
             },
+            # A build whose every step was cached made nothing new: when the image itself was made.
+            "byproducts": [
+                {
+                    "name": "build cache",
+                    "annotations": {
+                        "cachedSteps": record.cached_steps,
+                        "totalSteps": record.total_steps,
+                        "imageCreated": record.image_created,
+                    },
+                }
+            ],
         },
     }

@@ -70,8 +70,13 @@ def _identify(project: Project, key: Path, reference: str, env: dict[str, str]) 
         return missing
     named = predicates[0].get("buildDefinition", {}).get("externalParameters", {})
     try:
-        found = select(project, str(named["recipe"]), str(named["hardware"]), str(named["variant"]),
-                       bool(named.get("kvStore")))  # fmt: skip
+        found = select(
+            project,
+            str(named["recipe"]),
+            str(named["hardware"]),
+            str(named["variant"]),
+            bool(named.get("kvStore")),
+        )
     except (KeyError, InputError) as exc:
         return f"its provenance names an image this tree does not plan ({named}): {str(exc).splitlines()[0]}"
     return expected(found[0].image, reference)
