@@ -76,7 +76,10 @@ def serving(trust_published: Published, tmp_path_factory: pytest.TempPathFactory
     """`factory build-verifier`, then `docker compose up -d --wait` in the deployment's folder: vLLM
     serves the published image once the gate let it."""
     published = trust_published
-    built = run_factory(published.root, "build-verifier", env=published.env)
+    # The real cosign goes into the image (the one published.env names logs its command lines first).
+    built = run_factory(
+        published.root, "build-verifier", env={**published.env, "FACTORY_COSIGN": str(published.cosign)}
+    )
     assert built.returncode == 0, built.stderr[-2000:]
     base = tmp_path_factory.mktemp("gate")
     setting = base / "loopback-registry.yaml"

@@ -175,6 +175,7 @@ def test_the_password_appears_in_no_output_or_report(
         registry.address,
         "--reports",
         str(tmp_path),
+        "--unsigned",  # the registry password is what this test follows; signing: tests/test_signing.py
         env={"FACTORY_REGISTRY_USER": registry.user, "FACTORY_REGISTRY_PASSWORD": registry.password},
     )
     assert result.returncode == 0, result.stderr

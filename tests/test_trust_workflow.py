@@ -152,3 +152,43 @@ def test_the_cpu_path_of_the_publish_workflow_runs_as_written(
         assert verdict["verified"] is True, verdict
     finally:
         namespace.remove()
+
+
+# Each command of docs/issue-45.md's bash blocks: the test module that runs it, and the words it runs it
+# with there (with the test's own folders, registry and project name in place of the page's).
+DOCS = ROOT / "docs" / "issue-45.md"
+DOCS_COMMANDS = {
+    "export COSIGN_PASSWORD=": ("trust_helpers.py", ('"COSIGN_PASSWORD": PASSWORD',)),
+    ".venv/bin/factory keygen ": ("test_trust_workflow.py", ('"keygen"',)),
+    ".venv/bin/factory build --hardware cpu": ("trust_helpers.py", ('"build"', '"--hardware"')),
+    ".venv/bin/factory validate --hardware cpu": (
+        "conftest.py",
+        ('MAIN_JOB = ".venv/bin/nox -s build-cpu"',),
+    ),
+    ".venv/bin/factory publish --hardware cpu --registry ": ("trust_helpers.py", ('"publish"', '"--key"')),
+    ".venv/bin/factory generate": ("trust_helpers.py", ('"generate"',)),
+    ".venv/bin/factory verify --hardware cpu": ("test_signing.py", ('["--hardware", "cpu"]',)),
+    ".venv/bin/factory verify registry.example.com/": (
+        "test_signing.py",
+        ('"verify"', '"--key"', '"--json"'),
+    ),
+    ".venv/bin/factory build-verifier": ("test_compose_gate.py", ('"build-verifier"',)),
+    "cd compose/tiny-random-llama/cpu-default/single_node_tp && docker compose up -d --wait": (
+        "test_compose_gate.py",
+        ('"up", "-d", "--wait"', 'SINGLE = Path("compose/tiny-random-llama/cpu-default/single_node_tp")'),
+    ),
+    "docker compose logs verify": ("test_compose_gate.py", ("com.docker.compose.service=verify",)),
+}
+
+
+def test_every_command_of_the_docs_page_is_run_by_a_test() -> None:
+    """docs/issue-45.md shows what a user types; each of its commands is one a test here runs."""
+    blocks = re.findall(r"^```bash\n(.*?)^```", DOCS.read_text(), flags=re.S | re.M)
+    commands = [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
+    assert len(commands) == len(DOCS_COMMANDS), commands
+    for command in commands:
+        found = [key for key in DOCS_COMMANDS if command.startswith(key)]
+        assert found, f"no test runs {command!r}"
+        module, words = DOCS_COMMANDS[found[0]]
+        text = (ROOT / "tests" / module).read_text()
+        assert all(word in text for word in words), (command, module, words)

@@ -119,14 +119,10 @@ def cmd_publish(project: Project, args: argparse.Namespace) -> int:
     from factory.base.settings import registry_of
     from factory.lockfile.published import record_file
     from factory.publish.signed import PublishOptions, Signing, publish_one, write_outcomes
-    from factory.trust.keys import signing_key
 
     if args.unsigned:
         warn("WARNING: publishing WITHOUT a signature (--unsigned): nothing can verify these images")
-        signing = Signing()
-    else:
-        key = None if args.keyless else signing_key(args.key, [project.root, project.out])
-        signing = Signing(key=key, keyless=args.keyless)
+    signing = Signing(key_file=args.key, keyless=args.keyless, unsigned=args.unsigned)
     options = PublishOptions(
         registry_of(project.root, args.registry), args.reports, args.tag, signing, args.force_unvalidated
     )

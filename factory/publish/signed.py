@@ -16,19 +16,23 @@ from factory.project import Project
 from factory.publish.publisher import Published, publish_image, record_publish, validated_image
 from factory.publish.registry import credentials_for
 from factory.trust.attach import Timings, attach, prepare
-from factory.trust.keys import SigningKey
+from factory.trust.keys import SigningKey, signing_key
 
 
 @dataclass(frozen=True)
 class Signing:
-    """How to sign: with a key, keyless (CI's OIDC identity), or not at all (`--unsigned`)."""
+    """How to sign: with a key (a file, else FACTORY_SIGNING_KEY), keyless (CI's OIDC identity), or not at
+    all (`--unsigned`). The key is looked for once the image is known to be validated."""
 
-    key: SigningKey | None = None
+    key_file: Path | None = None
     keyless: bool = False
+    unsigned: bool = False
 
-    @property
-    def signs(self) -> bool:
-        return self.key is not None or self.keyless
+    def key(self, project: Project) -> SigningKey | None:
+        """The key to sign with (None: keyless, or unsigned); refused here when there is none."""
+        if self.keyless or self.unsigned:
+            return None
+        return signing_key(self.key_file, [project.root, project.out])
 
 
 @dataclass(frozen=True)
@@ -53,8 +57,9 @@ def publish_one(
     image = blueprint.image
     records = options.reports / "validated"
     validated_image(image, records, options.force_unvalidated, report)
+    key = options.signing.key(project)
     timings = Timings()
-    prepared = prepare(project, blueprint, options.reports) if options.signing.signs else None
+    prepared = None if options.signing.unsigned else prepare(project, blueprint, options.reports)
     published = publish_image(
         image, options.registry, records, options.tags, options.force_unvalidated, report=report
     )
@@ -62,7 +67,7 @@ def publish_one(
     if prepared is not None:
         reference = published[0].reference.rpartition(":")[0] + "@" + published[0].digest
         host = reference.split("/", 1)[0]
-        signed = attach(reference, prepared, options.signing.key, credentials_for(host), blueprint, timings)
+        signed = attach(reference, prepared, key, credentials_for(host), blueprint, timings)
         report(
             f"signed and attested {reference} (SBOM {len(prepared.sbom):,} bytes, provenance "
             f"{len(prepared.provenance):,} bytes): "
