@@ -172,12 +172,12 @@ DOCS_COMMANDS = {
         "test_signing.py",
         ('"verify"', '"--key"', '"--json"'),
     ),
-    ".venv/bin/factory build-verifier": ("test_compose_gate.py", ('"build-verifier"',)),
+    ".venv/bin/factory build-verifier": ("test_signing_compose_gate.py", ('"build-verifier"',)),
     "cd compose/tiny-random-llama/cpu-default/single_node_tp && docker compose up -d --wait": (
-        "test_compose_gate.py",
+        "test_signing_compose_gate.py",
         ('"up", "-d", "--wait"', 'SINGLE = Path("compose/tiny-random-llama/cpu-default/single_node_tp")'),
     ),
-    "docker compose logs verify": ("test_compose_gate.py", ("com.docker.compose.service=verify",)),
+    "docker compose logs verify": ("test_signing_compose_gate.py", ("com.docker.compose.service=verify",)),
 }
 
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import docker
+import docker.errors
 import requests
 
 from tests.conftest import ROOT, TINY, run_factory
@@ -88,11 +90,18 @@ class Namespace:
         return list(response.json().get("tags") or []) if response.ok else []
 
     def remove(self) -> None:
-        """Every manifest pushed under the namespace (the layers stay: the next run mounts them)."""
+        """Every manifest pushed under the namespace (the layers stay: the next run mounts them), and the
+        engine's names for images in it (the tags publish set, the digests compose pulled by)."""
         for repository in sorted(self.repositories):
             for tag in self.tags(repository):
                 with contextlib.suppress(requests.RequestException, AssertionError):
                     self.delete(repository, tag)
+        client = docker.from_env()
+        for image in client.images.list():
+            for name in [*image.tags, *(image.attrs.get("RepoDigests") or [])]:
+                if name.startswith(f"{self.name}/"):
+                    with contextlib.suppress(docker.errors.APIError):
+                        client.images.remove(name, noprune=True)
 
 
 def argv_logging(cosign: Path, folder: Path) -> tuple[Path, Path]:

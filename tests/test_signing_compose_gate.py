@@ -8,13 +8,11 @@ it to a loopback registry by itself)."""
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,8 +24,9 @@ import yaml
 from factory.base.tools import compose_binary
 from factory.publish.pusher import push
 from tests.conftest import run_factory
-from tests.trust_helpers import OFFLINE, REPOSITORY, Published, attested, moved, replaced, run_cosign
+from tests.trust_helpers import OFFLINE, REPOSITORY, Published, moved, run_cosign
 from tests.trust_images import small_image
+from tests.trust_tamper import CASES, Stranger
 
 pytestmark = [pytest.mark.docker, pytest.mark.e2e]
 SINGLE = Path("compose/tiny-random-llama/cpu-default/single_node_tp")
@@ -55,14 +54,6 @@ class Serving:
         labels = [f"com.docker.compose.project={self.command[2]}", "com.docker.compose.service=verify"]
         verifier = client.containers.list(all=True, filters={"label": labels})
         return str(verifier[0].logs().decode().strip().splitlines()[-1])
-
-
-@dataclass(frozen=True)
-class Stranger:
-    """Two small images in the published image's repository: one signed with the key, one never signed."""
-
-    signed: str  # repository@digest
-    unsigned: str
 
 
 def _free_port() -> int:
@@ -173,115 +164,6 @@ def test_compose_serves_the_verified_image(serving: Serving, docker_client: dock
         timeout=120,
     )
     assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] > 0, answer.text
-
-
-Tamper = Callable[[Published, Stranger], AbstractContextManager[None]]
-
-
-@contextmanager
-def another_keys_signature(published: Published, stranger: Stranger) -> Iterator[None]:
-    with replaced(published.namespace, REPOSITORY, published.tag_of("sig")):
-        run_cosign(
-            published.cosign,
-            "sign",
-            "--key",
-            str(published.other_keys / "cosign.key"),
-            *OFFLINE,
-            published.reference,
-        )
-        yield
-
-
-@contextmanager
-def no_signature(published: Published, stranger: Stranger) -> Iterator[None]:
-    with replaced(published.namespace, REPOSITORY, published.tag_of("sig")):
-        yield
-
-
-@contextmanager
-def attestations_replaced(
-    published: Published, sbom: dict[str, object], provenance: dict[str, object]
-) -> Iterator[None]:
-    """The .att tag replaced by attestations signed with the right key (by whoever holds it), lying."""
-    folder = published.reports / f"tampered-{uuid.uuid4().hex[:8]}"
-    folder.mkdir()
-    (folder / "sbom.json").write_text(json.dumps(sbom))
-    (folder / "provenance.json").write_text(json.dumps(provenance))
-    with replaced(published.namespace, REPOSITORY, published.tag_of("att")):
-        for kind, file in (("cyclonedx", "sbom.json"), ("slsaprovenance1", "provenance.json")):
-            run_cosign(
-                published.cosign,
-                "attest",
-                "--key",
-                str(published.keys / "cosign.key"),
-                *OFFLINE,
-                "--type",
-                kind,
-                "--predicate",
-                str(folder / file),
-                published.reference,
-            )
-        yield
-
-
-def _originals(published: Published) -> tuple[dict[str, object], dict[str, object]]:
-    public = published.keys / "cosign.pub"
-    return (
-        attested(published.cosign, public, published.reference, "cyclonedx"),
-        attested(published.cosign, public, published.reference, "slsaprovenance1"),
-    )
-
-
-@contextmanager
-def sbom_listing_another_package(published: Published, stranger: Stranger) -> Iterator[None]:
-    sbom, provenance = _originals(published)
-    extra = {
-        "type": "library",
-        "name": "evil-package",
-        "version": "6.6.6",
-        "purl": "pkg:pypi/evil-package@6.6.6",
-    }
-    with attestations_replaced(published, {**sbom, "components": [*sbom["components"], extra]}, provenance):  # type: ignore[misc]
-        yield
-
-
-@contextmanager
-def provenance_with_other_inputs(published: Published, stranger: Stranger) -> Iterator[None]:
-    sbom, provenance = _originals(published)
-    inputs = provenance["buildDefinition"]["internalParameters"]["inputsHash"]  # type: ignore[index]
-    with attestations_replaced(published, sbom, json.loads(json.dumps(provenance).replace(inputs, "0" * 64))):
-        yield
-
-
-@contextmanager
-def signature_of_another_digest(published: Published, stranger: Stranger) -> Iterator[None]:
-    theirs = published.namespace.manifest(REPOSITORY, f"sha256-{stranger.signed.rpartition(':')[2]}.sig")
-    assert theirs is not None
-    with replaced(published.namespace, REPOSITORY, published.tag_of("sig")):
-        published.namespace.put(REPOSITORY, published.tag_of("sig"), theirs)
-        yield
-
-
-CASES: dict[str, tuple[Tamper, str]] = {
-    "another key's signature": (
-        another_keys_signature,
-        "signature: the signature does not verify with the key",
-    ),
-    "no signature": (no_signature, "signature: no signature: nothing is attached to this digest"),
-    "an SBOM listing another package": (
-        sbom_listing_another_package,
-        "sbom: the SBOM's Python packages are not the lock's: evil-package 6.6.6 is not in the lock",
-    ),
-    "a provenance with another inputs hash": (
-        provenance_with_other_inputs,
-        "provenance: built from an older recipe: recipes/models/factory/tiny-random-llama.yaml "
-        "(its provenance names inputs 000000000000",
-    ),
-    "a signature copied from another image's digest": (
-        signature_of_another_digest,
-        "signature: the signature is of another image (it signs sha256:",
-    ),
-}
 
 
 @pytest.mark.parametrize("case", list(CASES))
