@@ -4,6 +4,7 @@ as written against the loopback registry (the GitHub runners and the registry lo
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -192,3 +193,37 @@ def test_every_command_of_the_docs_page_is_run_by_a_test() -> None:
         module, words = DOCS_COMMANDS[found[0]]
         text = (ROOT / "tests" / module).read_text()
         assert all(word in text for word in words), (command, module, words)
+
+
+def test_a_record_whose_key_or_names_would_write_yaml_is_refused(tmp_path: Path) -> None:
+    """The record's public key and names are printed into compose files: anything but a PEM key and plain
+    names is refused by field, before a file is written."""
+    root = project_copy(ROOT, tmp_path / "project")
+    key = "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n-----END PUBLIC KEY-----\n"
+    note = {"predicate_type": "https://cyclonedx.org/bom", "sha256": "a" * 64, "size": 1}
+    signed = {
+        "recipe": "factory/tiny-random-llama",
+        "hardware": "cpu",
+        "variant": "default",
+        "public_key": key,
+        "signature": f"sha256-{'b' * 64}.sig",
+        "sbom": note,
+        "provenance": note,
+    }
+    entry = {
+        "repository": "127.0.0.1:5000/x/vllm-factory/tiny-random-llama",
+        "digest": "sha256:" + "b" * 64,
+        "immutable_tag": "vllm0.32.0-cpu-default-0123456789ab",
+        "signed": signed,
+    }
+    for field, value in (("public_key", key + "services: {evil: {}}\n"), ("recipe", "factory/tiny\nevil: 1")):
+        bad = {**entry, "signed": {**signed, field: value}}
+        record = root / "recipes" / "lock" / "published.json"
+        record.write_text(
+            json.dumps({"images": {"vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default": bad}})
+        )
+        done = run_factory(root, "generate")
+        assert (
+            done.returncode != 0 and f"signed.{field}" in done.stderr and "published.json" in done.stderr
+        ), done.stderr
+        assert not list((root / "compose").rglob("*.override.yaml"))
