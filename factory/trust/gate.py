@@ -250,12 +250,17 @@ def verify(
     return checks
 
 
+def one_line(text: str) -> str:
+    """A detail as printed: what an attestation says may hold anything, a newline included; escaped."""
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+
+
 def report_lines(reference: str, checks: Sequence[Check]) -> list[str]:
     """One line per failed check; one line saying what held when all did."""
     failed = [check for check in checks if not check.ok]
     if failed:
-        return [f"refused {reference}: {check.name}: {check.detail}" for check in failed]
-    return [f"verified {reference}: " + "; ".join(f"{c.name}: {c.detail}" for c in checks)]
+        return [one_line(f"refused {reference}: {check.name}: {check.detail}") for check in failed]
+    return [one_line(f"verified {reference}: " + "; ".join(f"{c.name}: {c.detail}" for c in checks))]
 
 
 def registry_env(reference: str, folder: str) -> dict[str, str]:
