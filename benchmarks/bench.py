@@ -5,6 +5,8 @@
             the disk's floor, unchanged, --check); needs FACTORY_UPSTREAM_RECIPES
   cpu       the CPU image: a cold build against pip's floor, rebuilds, size against its contents
   startup   the CPU image's start, from `docker compose up` to a 200 on /health, part by part
+  trust     the CPU image published, signed and attested three times, and verified: each step's seconds
+            (needs cosign: FACTORY_COSIGN or PATH; the loopback registry, FACTORY_BENCH_REGISTRY)
   cuda      (--cuda or --only cuda) the H200 image: uv against pip cold, layers shared with H100 and with a
             vLLM bump, sizes in a registry (two 11 GB images, many minutes)
 
@@ -35,6 +37,7 @@ from figures import Figure, blueprint, scratch_project, table
 from hostile import alias_bomb_figures
 from registry import registry_answering
 from startup import startup_figures
+from trust import trust_figures
 
 from factory.base.files import write_text_atomic
 from factory.base.settings import load_settings
@@ -44,7 +47,7 @@ from factory.project import load_project
 from images import cpu_figures, cuda_figures
 
 HISTORY = Path(__file__).with_name("history.jsonl")
-GROUPS = ("hostile", "corpus", "cpu", "startup", "cuda")
+GROUPS = ("hostile", "corpus", "cpu", "startup", "trust", "cuda")
 
 
 def corpus(root: Path) -> list[Figure]:
@@ -109,6 +112,12 @@ def main() -> int:
             cpu_figures(root, client, settings, figures, listing)
         if "startup" in groups:
             figures += startup(root)
+        if "trust" in groups:
+            registry = registry_answering(os.environ.get("FACTORY_BENCH_REGISTRY", "127.0.0.1:5000"))
+            if registry is None:
+                print("trust figures skipped: no registry answers (FACTORY_BENCH_REGISTRY)")
+            else:
+                figures += trust_figures(root, client, settings, registry)
         if "cuda" in groups:
             registry = registry_answering(os.environ.get("FACTORY_BENCH_REGISTRY", "127.0.0.1:5000"))
             cuda_figures(root, client, settings, registry, figures, listing)

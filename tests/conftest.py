@@ -410,6 +410,17 @@ def tiny_validation(project: Project, tiny_built, main_job, tmp_path_factory: py
     return read_json(reports / f"{stem}.json"), reports
 
 
+@pytest.fixture(scope="session")
+def trust_published(tiny_validation, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """The built-in default published, signed and attested with a fresh key, to the loopback registry, by
+    the commands a user types (tests/trust_helpers.py); removed from the registry after the run."""
+    from tests.trust_helpers import publish_signed
+
+    cosign = go_tool("cosign", "cosign")
+    with publish_signed(tmp_path_factory.mktemp("trust"), tiny_validation[1], cosign) as published:
+        yield published
+
+
 @pytest.fixture
 def untag(docker_client: docker.DockerClient) -> Iterator[list[str]]:
     """Image references a test tags: removed after it (the image's layers stay for the next test)."""

@@ -181,6 +181,7 @@ def test_factory_publish_records_the_push_and_generate_pins_the_manifests_to_it(
         "--registry",
         shared_registry.address,
         "--force-unvalidated",  # validation is tested elsewhere; here, what publish records
+        "--unsigned",  # and signing too (tests/test_signing.py)
         "--reports",
         str(scratch / "reports"),
         env=env,

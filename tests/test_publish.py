@@ -176,6 +176,7 @@ def test_the_password_appears_in_no_output_or_report(
         shared_registry.address,
         "--reports",
         str(scratch / "reports"),
+        "--unsigned",  # the registry password is what this test follows; signing: tests/test_signing.py
         env={
             "FACTORY_REGISTRY_USER": shared_registry.user,
             "FACTORY_REGISTRY_PASSWORD": shared_registry.password,

@@ -68,8 +68,12 @@ def _build_flags(args: argparse.Namespace) -> dict[str, object]:
 def cmd_build(project: Project, args: argparse.Namespace) -> int:
     from factory.base.settings import load_settings
     from factory.builder.builder import build_image, summary, write_report
+    from factory.builder.record import RECORDS, record_of, write_record
+    from factory.engine.connect import connect, engine_facts
 
     settings = load_settings(project.root, _build_flags(args))
+    client = connect()
+    engine = engine_facts(client).version
     results = []
     for blueprint in _selected(project, args):
         result = build_image(
@@ -84,6 +88,8 @@ def cmd_build(project: Project, args: argparse.Namespace) -> int:
         )
         results.append(result)
         say(summary(result))
+        # What made this image ID, for the provenance `factory publish` attaches.
+        write_record(record_of(client, result, engine), args.report.parent / RECORDS)
     write_report(results, args.report)
     say(f"report: {args.report}")
     return 0
@@ -114,36 +120,46 @@ def cmd_validate(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_publish(project: Project, args: argparse.Namespace) -> int:
+    from factory.base.errors import RefusedError
     from factory.base.settings import registry_of
+    from factory.blueprint.router import RouterBlueprint
     from factory.lockfile.published import record_file
-    from factory.publish.publisher import publish_image, record_publish, write_publish_report
+    from factory.publish.signed import PublishOptions, Signing, publish_one, write_outcomes
 
-    registry = registry_of(project.root, args.registry)
+    if args.unsigned:
+        warn("WARNING: publishing WITHOUT a signature (--unsigned): nothing can verify these images")
+    signing = Signing(key_file=args.key, keyless=args.keyless, unsigned=args.unsigned)
+    options = PublishOptions(
+        registry_of(project.root, args.registry), args.reports, args.tag, signing, args.force_unvalidated
+    )
     record = record_file(project.lock_path)
-    results = []
+    outcomes = []
     for blueprint in _selected(project, args):
-        published = publish_image(
-            blueprint.image,
-            registry,
-            args.reports / "validated",
-            args.tag,
-            force_unvalidated=args.force_unvalidated,
-            report=say,
-        )
-        for item in published:
+        if isinstance(blueprint, RouterBlueprint) and not args.unsigned:
+            raise RefusedError(
+                "the PD router's image is not signed yet: its SBOM and provenance are made from a recipe's "
+                "locked set, and the router's lock is its own (publish it with --unsigned)"
+            )
+        outcome = publish_one(project, blueprint, options, record, report=say)
+        for item in outcome.published:
             say(f"published {item.reference} {item.digest} (attempts: {item.attempts})")
-        record_publish(blueprint.image, published, record)
-        results += published
-    if results:
-        say(f"recorded in {record}: run `factory generate` to pin the Kubernetes manifests to the digests")
-    write_publish_report(results, args.reports / "publish.json")
+        outcomes.append(outcome)
+    if outcomes:
+        say(f"recorded in {record}: run `factory generate` to pin the manifests (and compose) to the digests")
+    write_outcomes(outcomes, args.reports / "publish.json")
     return 0
 
 
 def cmd_sbom(project: Project, args: argparse.Namespace) -> int:
+    from factory.base.errors import RefusedError
+    from factory.blueprint.router import RouterBlueprint
     from factory.publish.sbom import write_sbom
 
     for blueprint in _selected(project, args):
+        if isinstance(blueprint, RouterBlueprint):
+            raise RefusedError(
+                "the PD router's image has no SBOM yet: an SBOM is checked against a recipe's set"
+            )
         path, components = write_sbom(blueprint.image, args.reports)
         say(f"{path}: {components} components")
     return 0

@@ -16,16 +16,9 @@ from factory.cli.files import (
     cmd_matrix,
     cmd_renderings,
     cmd_show,
-    cmd_testbench_settings,
 )
-from factory.cli.images import (
-    cmd_build,
-    cmd_check_args,
-    cmd_publish,
-    cmd_publish_platforms,
-    cmd_sbom,
-    cmd_validate,
-)
+from factory.cli.images import cmd_build, cmd_check_args, cmd_validate
+from factory.cli.publishing import add_publishing
 
 DESCRIPTION = (
     "The `factory` command: parses arguments, calls the package, prints what it returns. It decides nothing."
@@ -96,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_generate_and_lock(sub)
     _add_reading(sub)
     _add_building(sub)
-    _add_publishing(sub)
+    add_publishing(sub, _add_target_args)
     return parser
 
 
@@ -219,51 +212,6 @@ def _add_building(sub: Any) -> None:
         help="succeed with static checks alone where the GPU is absent (the image is then not publishable)",
     )
     validate.set_defaults(func=cmd_validate)
-
-
-def _add_publishing(sub: Any) -> None:
-    """publish, publish-platforms, sbom, and the test bench's settings."""
-    publish = sub.add_parser(
-        "publish", help="push the tags of validated images and check the registry's digest"
-    )
-    _add_target_args(publish)
-    publish.add_argument(
-        "--registry", help="HOST[:PORT][/NAMESPACE] (default: the registry setting / FACTORY_REGISTRY)"
-    )
-    publish.add_argument(
-        "--tag",
-        action="append",
-        default=[],
-        help="an extra tag, a template: '{tag}-1.2.0', '{tag}-sha-abc1234', 'latest-{hardware}-{variant}'",
-    )
-    publish.add_argument("--reports", type=Path, default=Path("reports"))
-    publish.add_argument(
-        "--force-unvalidated",
-        action="store_true",
-        help="publish although no passing validation is recorded (loud)",
-    )
-    publish.set_defaults(func=cmd_publish)
-
-    platforms = sub.add_parser(
-        "publish-platforms", help="join published images that differ only in CPU platform under one tag"
-    )
-    platforms.add_argument("model")
-    platforms.add_argument(
-        "--registry", help="HOST[:PORT][/NAMESPACE] (default: the registry setting / FACTORY_REGISTRY)"
-    )
-    platforms.set_defaults(func=cmd_publish_platforms)
-
-    sbom = sub.add_parser("sbom", help="write a CycloneDX SBOM of a built image, read from inside it")
-    _add_target_args(sbom)
-    sbom.add_argument("--reports", type=Path, default=Path("reports"))
-    sbom.set_defaults(func=cmd_sbom)
-
-    bench = sub.add_parser(
-        "testbench-settings", help="write .factory.local.toml for this machine (testbench/up)"
-    )
-    bench.add_argument("--base-image", required=True)
-    bench.add_argument("--output", type=Path, required=True)
-    bench.set_defaults(func=cmd_testbench_settings)
 
 
 def _add_network_arg(parser: argparse.ArgumentParser) -> None:

@@ -29,12 +29,46 @@ TAG = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$"
 REFERENCE = re.compile(r"^[a-z0-9]+([._-]+[a-z0-9]+)*(/[a-z0-9]+([._-]+[a-z0-9]+)*)*:" + TAG[1:])
 
 
+# A public key as cosign writes it (PEM, base64 lines): printed into generated compose files, so nothing else.
+PUBLIC_KEY = r"^-----BEGIN PUBLIC KEY-----\n([A-Za-z0-9+/=]{1,76}\n){1,40}-----END PUBLIC KEY-----\n$"
+NAME = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$"  # a recipe id, hardware or variant as the grammar allows them
+
+
+class Attestation(Strict):
+    """One attestation attached to the digest: its predicate's type, and the predicate's digest and size."""
+
+    predicate_type: str = Field(pattern=r"^https://[A-Za-z0-9._/-]+$")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    size: int
+
+
+class Signed(Strict):
+    """How a published image is signed and attested (cosign's legacy layout, on its digest), and what it was
+    planned from: what `factory verify` and the compose gate check it against."""
+
+    recipe: str = Field(pattern=NAME)
+    hardware: str = Field(pattern=NAME)
+    variant: str = Field(pattern=NAME)
+    kv_store: bool = False
+    public_key: str | None = Field(None, pattern=PUBLIC_KEY)  # signed with a key: its public half
+    identity: str | None = Field(None, pattern=r"^https://[A-Za-z0-9._/@:-]+$")  # signed keyless: who
+    issuer: str | None = Field(None, pattern=r"^https://[A-Za-z0-9._/-]+$")  # and their OIDC issuer
+    signature: str = Field(pattern=r"^sha256-[0-9a-f]{64}\.sig$")  # the tag cosign keeps it under
+    sbom: Attestation
+    provenance: Attestation
+
+
 class PublishedImage(Strict):
     """One image as published: where it was pushed and the digest the registry served for it."""
 
     repository: str = Field(pattern=REPOSITORY)  # registry/namespace/repository, without a tag
     digest: str = Field(pattern=r"^sha256:[0-9a-f]{64}$")
     immutable_tag: str = Field(pattern=TAG)  # the tag that names the inputs the image was built from
+    signed: Signed | None = None  # None: published without a signature (`--unsigned`)
+
+    @property
+    def by_digest(self) -> str:
+        return f"{self.repository}@{self.digest}"
 
 
 class PublishRecord(Strict):
@@ -74,4 +108,4 @@ def record_published(path: Path, reference: str, published: PublishedImage) -> N
     record = read_record(path)
     images = dict(record.images) | {reference: published}
     body = PublishRecord(images=dict(sorted(images.items())))
-    write_text_atomic(path, json.dumps(body.model_dump(), indent=1) + "\n")
+    write_text_atomic(path, json.dumps(body.model_dump(exclude_none=True), indent=1) + "\n")

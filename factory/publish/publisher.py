@@ -9,12 +9,13 @@ from pathlib import Path
 from typing import Protocol
 
 from docker.errors import ImageNotFound
+from docker.models.images import Image
 
 from factory.base.errors import DockerError, InputError, RefusedError
 from factory.base.files import write_text_atomic
 from factory.base.reporter import Reporter, silent
 from factory.engine.connect import connect
-from factory.lockfile.published import PublishedImage, record_published
+from factory.lockfile.published import PublishedImage, Signed, record_published
 from factory.publish.pusher import push
 from factory.publish.registry import credentials_for, manifest_digest, split_registry
 from factory.validate.report import record_path
@@ -49,6 +50,8 @@ class Publishable(Protocol):
     @property
     def immutable_tag(self) -> str: ...
     @property
+    def immutable_reference(self) -> str: ...
+    @property
     def tag_values(self) -> dict[str, str]: ...
     @property
     def validate_command(self) -> str: ...
@@ -68,6 +71,36 @@ def expand_tags(image: Publishable, templates: list[str]) -> list[str]:
         ) from None
 
 
+def validated_image(
+    image: Publishable, records: Path, force_unvalidated: bool, report: Reporter = silent
+) -> tuple[Image, bool]:
+    """The built image, and whether a passing validation with live probes is recorded for its ID (refused
+    without one, unless forced)."""
+    client = connect()
+    try:
+        # By the tag naming this tree's inputs: the readable tag may since name a build of other inputs.
+        local = client.images.get(image.immutable_reference)
+    except ImageNotFound:
+        raise DockerError(
+            f"{image.immutable_reference} is not built on this engine; build and validate it first"
+        ) from None
+    record = validation_record(records, str(local.id))
+    validated = bool(record and record.get("fully_validated") and record.get("image_id") == local.id)
+    if not validated and not force_unvalidated:
+        why = (
+            "no validation record"
+            if record is None
+            else "its validation did not run the live probes or failed"
+        )
+        raise RefusedError(
+            f"{image.reference} ({str(local.id)[:19]}) is not validated: {why}; looked in {records}\n"
+            f"  hint: {image.validate_command} (a rebuilt image has a new ID and needs its own validation)"
+        )
+    if not validated:
+        report(f"WARNING: publishing {image.reference} WITHOUT a passing validation (--force-unvalidated)")
+    return local, validated
+
+
 def publish_image(
     image: Publishable,
     registry: str,
@@ -80,27 +113,7 @@ def publish_image(
 ) -> list[Published]:
     """Push the image's tags (only when a passing validation with live probes is recorded for its ID)."""
     client = connect()
-    try:
-        local = client.images.get(image.reference)
-    except ImageNotFound:
-        raise DockerError(
-            f"{image.reference} is not built on this engine; build and validate it first"
-        ) from None
-    record = validation_record(records, str(local.id))
-    validated = bool(record and record.get("fully_validated") and record.get("image_id") == local.id)
-    if not validated and not force_unvalidated:
-        why = (
-            "no validation record"
-            if record is None
-            else "its validation did not run the live probes or failed"
-        )
-        raise RefusedError(
-            f"{image.reference} ({str(local.id)[:19]}) is not validated: {why}; looked in {records}\n"
-            f"  hint: {image.validate_command}"
-            " (a rebuilt image has a new ID and needs its own validation)"
-        )
-    if not validated:
-        report(f"WARNING: publishing {image.reference} WITHOUT a passing validation (--force-unvalidated)")
+    local, validated = validated_image(image, records, force_unvalidated, report)
     credentials = credentials_for(split_registry(registry)[0])
     target = f"{registry}/{image.repository}"
     published = []
@@ -122,10 +135,14 @@ def write_publish_report(results: list[Published], path: Path) -> None:
     write_text_atomic(path, json.dumps([asdict(result) for result in results], indent=2) + "\n")
 
 
-def record_publish(image: Publishable, published: list[Published], path: Path) -> None:
-    """Note in the publish record (committed, read by `factory generate`) where the image now lives and
-    its digest, so the Kubernetes manifests run it by digest."""
+def record_publish(
+    image: Publishable, published: list[Published], path: Path, signed: Signed | None = None
+) -> None:
+    """Note in the publish record (committed, read by `factory generate`) where the image now lives, its
+    digest, and how it is signed and attested, so the manifests run it by digest and compose verifies it."""
     readable = next(item for item in published if item.reference.endswith(f"/{image.reference}"))
     repository = readable.reference.removesuffix(f":{image.tag}")
-    entry = PublishedImage(repository=repository, digest=readable.digest, immutable_tag=image.immutable_tag)
+    entry = PublishedImage(
+        repository=repository, digest=readable.digest, immutable_tag=image.immutable_tag, signed=signed
+    )
     record_published(path, image.reference, entry)

@@ -1,45 +1,61 @@
-"""A CycloneDX SBOM of a built image, read from inside it: its Python distributions and its OS packages.
+"""The image's SBOM (CycloneDX 1.6 JSON, made with cyclonedx-python-lib): every OS package dpkg records as
+installed and every Python distribution of the image's interpreter, read from inside the built image itself,
+each Python package with the hashes the lock allowed for it.
 
-Made from the image itself (not from the plan), so it lists what is really there, e.g. that the
-torchvision removed for the +cpu torch is absent. CI attaches it to the pushed digest with cosign."""
+Made from the image (not from the plan), so it lists what is really there: that the torchvision removed for
+the +cpu torch is absent, that the venv's own pip is present. `factory publish` attests it on the pushed
+digest; `factory verify` and the compose gate compare its Python packages with the lock (factory.trust.gate).
+"""
 
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import docker
+from cyclonedx.model import HashAlgorithm, HashType, Property
+from cyclonedx.model.bom import Bom, BomMetaData
+from cyclonedx.model.component import Component, ComponentType
+from cyclonedx.model.tool import ToolRepository
+from cyclonedx.output.json import JsonV1Dot6
 from docker.errors import ImageNotFound
+from packageurl import PackageURL
 
 from factory import __version__
 from factory.base.errors import DockerError
 from factory.base.files import write_text_atomic
 from factory.engine.connect import connect
 from factory.plan.models import ImagePlan
-from factory.plan.router import RouterImage
+from factory.trust.expect import BOOTSTRAP, locked_packages
+from factory.trust.gate import canonical
 from factory.validate.static import run_in_image
 
+PROPERTY = "ai.vllm.factory:source"  # where a component came from: the lock, the venv itself, dpkg
+# Read inside the image with its own interpreter: the Python distributions it imports from, and dpkg's status
+# file as dpkg keeps it (only what is installed: a removed package's config files stay listed there).
 INVENTORY_SCRIPT = r"""
-import importlib.metadata, json, subprocess
-dists = importlib.metadata.distributions()
-python = sorted({(d.metadata["Name"], d.version) for d in dists if d.metadata["Name"]})
+import importlib.metadata, json
+python = sorted({(d.metadata["Name"], d.version) for d in importlib.metadata.distributions()
+                 if d.metadata["Name"]})
+deb, fields = [], {}
 try:
-    listing = subprocess.run(["dpkg-query", "-W", "-f=${Package}\t${Version}\t${Architecture}\n"],
-                             capture_output=True, text=True, check=False).stdout
-except FileNotFoundError:
-    listing = ""
-os_id = "linux"
+    text = open("/var/lib/dpkg/status", encoding="utf-8", errors="replace").read()
+except OSError:
+    text = ""
+for stanza in text.split("\n\n"):
+    fields = dict(line.split(": ", 1) for line in stanza.splitlines() if ": " in line and line[0] != " ")
+    if fields.get("Status", "").endswith(" installed") and "Package" in fields:
+        deb.append([fields["Package"], fields.get("Version", ""), fields.get("Architecture", "")])
+release = {}
 try:
-    for line in open("/etc/os-release"):
-        if line.startswith("ID="):
-            os_id = line.split("=", 1)[1].strip().strip('"')
+    for line in open("/etc/os-release", encoding="utf-8"):
+        key, _, value = line.strip().partition("=")
+        release[key] = value.strip('"')
 except OSError:
     pass
-deb = [line.split("\t") for line in listing.splitlines() if line.count("\t") == 2]
-print("FACTORY-SBOM " + json.dumps({"python": python, "deb": deb, "os": os_id}))
+print("FACTORY-SBOM " + json.dumps({"python": python, "deb": sorted(deb), "os": release.get("ID", "linux"),
+                                    "os_version": release.get("VERSION_ID", "")}))
 """
 
 
@@ -50,53 +66,69 @@ def inventory(client: docker.DockerClient, image: str) -> dict[str, Any]:
     return found
 
 
-def cyclonedx(client: docker.DockerClient, reference: str) -> dict[str, Any]:
+def _python_component(name: str, version: str, locked: dict[str, tuple[str, list[str]]]) -> Component:
+    entry = locked.get(canonical(name))
+    source = "lock" if entry else ("venv" if canonical(name) in BOOTSTRAP else "image")
+    hashes = [HashType(alg=HashAlgorithm.SHA_256, content=h) for h in entry[1]] if entry else []
+    purl = PackageURL(type="pypi", name=canonical(name), version=version)
+    return Component(
+        name=name,
+        version=version,
+        purl=purl,
+        bom_ref=purl.to_string(),
+        hashes=hashes,
+        properties=[Property(name=PROPERTY, value=source)],
+    )
+
+
+def _deb_component(name: str, version: str, arch: str, found: dict[str, Any]) -> Component:
+    distro = f"{found['os']}-{found['os_version']}" if found.get("os_version") else None
+    qualifiers = {"arch": arch, **({"distro": distro} if distro else {})}
+    purl = PackageURL(type="deb", namespace=found["os"], name=name, version=version, qualifiers=qualifiers)
+    return Component(
+        name=name,
+        version=version,
+        purl=purl,
+        bom_ref=purl.to_string(),
+        properties=[Property(name=PROPERTY, value="dpkg")],
+    )
+
+
+def cyclonedx(client: docker.DockerClient, image: ImagePlan) -> dict[str, Any]:
+    """The SBOM of the built image (by its local reference) as a JSON object, CycloneDX 1.6."""
     try:
-        image = client.images.get(reference)
+        built = client.images.get(image.immutable_reference)  # the build of exactly these inputs
     except ImageNotFound:
-        raise DockerError(f"{reference} is not built on this engine; build it first") from None
-    found = inventory(client, reference)
+        raise DockerError(
+            f"{image.immutable_reference} is not built on this engine; build it first"
+        ) from None
+    found = inventory(client, image.immutable_reference)
+    locked = locked_packages(image)
+    container = Component(
+        type=ComponentType.CONTAINER,
+        name=image.repository,
+        version=image.tag,
+        bom_ref=image.immutable_reference,
+        hashes=[HashType(alg=HashAlgorithm.SHA_256, content=str(built.id).removeprefix("sha256:"))],
+        properties=[Property(name="ai.vllm.factory:inputs-hash", value=image.inputs_hash)],
+    )
+    tool = Component(type=ComponentType.APPLICATION, name="vllm-image-factory", version=__version__)
     components = [
-        {
-            "type": "library",
-            "name": name,
-            "version": version,
-            "purl": f"pkg:pypi/{name.lower().replace('_', '-')}@{quote(version, safe='')}",
-        }
-        for name, version in found["python"]
+        *(_python_component(name, version, locked) for name, version in found["python"]),
+        *(_deb_component(name, version, arch, found) for name, version, arch in found["deb"]),
     ]
-    components += [
-        {
-            "type": "library",
-            "name": name,
-            "version": version,
-            "purl": f"pkg:deb/{found['os']}/{name}@{quote(version, safe='')}?arch={arch}",
-        }
-        for name, version, arch in found["deb"]
-    ]
-    return {
-        "bomFormat": "CycloneDX",
-        "specVersion": "1.5",
-        "version": 1,
-        "metadata": {
-            "timestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "tools": {
-                "components": [{"type": "application", "name": "vllm-image-factory", "version": __version__}]
-            },
-            "component": {
-                "type": "container",
-                "name": reference.rsplit(":", 1)[0],
-                "version": reference.rsplit(":", 1)[1],
-                "hashes": [{"alg": "SHA-256", "content": str(image.id).removeprefix("sha256:")}],
-            },
-        },
-        "components": components,
-    }
+    bom = Bom(
+        metadata=BomMetaData(component=container, tools=ToolRepository(components=[tool])),
+        components=components,
+    )
+    bom.register_dependency(container, components)  # the image holds every one of them
+    document: dict[str, Any] = json.loads(JsonV1Dot6(bom).output_as_string())
+    return document
 
 
-def write_sbom(image: ImagePlan | RouterImage, reports: Path) -> tuple[Path, int]:
-    """Write the CycloneDX SBOM of the built image under `reports`; returns the path and component count."""
+def write_sbom(image: ImagePlan, reports: Path) -> tuple[Path, int]:
+    """Write the SBOM of the built image under `reports`; returns the path and its component count."""
     path = reports / f"sbom-{image.slug}-{image.tag}.cdx.json"
-    bom = cyclonedx(connect(), image.reference)
+    bom = cyclonedx(connect(), image)
     write_text_atomic(path, json.dumps(bom, indent=2) + "\n")
     return path, len(bom["components"])

@@ -4,7 +4,7 @@ implements factory.render.protocol.OutputFormat and a line here."""
 
 from __future__ import annotations
 
-from factory.render import bake, compose, kubernetes
+from factory.render import bake, compose, compose_gate, kubernetes
 from factory.render.components import model_cache_claim, published_images, verify
 from factory.render.protocol import OutputFormat, OverAllImages, PerDeployment
 from factory.render.renderings import RenderingsFormat
@@ -15,13 +15,16 @@ FORMATS: tuple[OutputFormat, ...] = (
     OverAllImages("bake", "images", lambda project, targets: [bake.bake_output(list(targets))]),
     RenderingsFormat(),
 )
-# Kustomize components a user switches on from a kustomization of their own.
+# Options: kustomize components a user switches on from a kustomization of their own, and the compose
+# gate a published image's deployments get.
 OPTIONS: tuple[OutputFormat, ...] = (
     OverAllImages(
         "model-cache-claim", "k8s", lambda project, _: [model_cache_claim.component(project.catalog.server)]
     ),
     OverAllImages("published-images", "k8s", published_images.files),
     OverAllImages("verify", "k8s", verify.files),
+    # A published image's compose deployments verify it before it starts (compose.override.yaml).
+    OverAllImages("compose-verify", "compose", compose_gate.files),
 )
 
 

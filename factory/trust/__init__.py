@@ -1,0 +1,1 @@
+"""Trust: keys, signatures and attestations on published digests (cosign), and their verification."""
