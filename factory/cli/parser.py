@@ -27,6 +27,7 @@ from factory.cli.images import (
     cmd_sbom,
     cmd_validate,
 )
+from factory.recipes.tree_schema import MAX_INSTANCES
 
 DESCRIPTION = (
     "The `factory` command: parses arguments, calls the package, prints what it returns. It decides nothing."
@@ -57,7 +58,6 @@ def whole_number(low: int, high: int, why: str) -> Callable[[str], int]:
 node_count = whole_number(
     2, MAX_NODES, f"multi-node deployments span 2 to {MAX_NODES} nodes, each with its own compose file"
 )
-MAX_INSTANCES = 64
 # --instances: how many vLLM instances share a KV store (one needs no router).
 instance_count = whole_number(1, MAX_INSTANCES, f"a KV store has 1 to {MAX_INSTANCES} vLLM instances")
 
