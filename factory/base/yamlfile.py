@@ -26,7 +26,17 @@ MAX_ALIASED_NODES = 100_000
 MAX_DEPTH = 64
 _MERGE = "tag:yaml.org,2002:merge"
 # Names pydantic puts in an error's location for the member of a union it tried: not field names.
-_UNION_MEMBERS = re.compile(r"^(str|int|float|bool|list\[.*|dict\[.*|literal\[.*|function-.*|.*\[.*\])$")
+_UNION_MEMBERS = re.compile(
+    r"^(str|int|float|bool|none|list\[.*|dict\[.*|literal\[.*|function-.*|constrained-.*|.*\[.*\])$"
+)
+
+
+class _Refused(yaml.constructor.ConstructorError):
+    """A node the constructor refuses, kept so that the error can name its field."""
+
+    def __init__(self, node: yaml.Node, problem: str) -> None:
+        super().__init__(None, None, problem, node.start_mark)
+        self.node = node
 
 
 class _Loader(_BaseLoader):  # type: ignore[misc]
@@ -40,11 +50,8 @@ class _Loader(_BaseLoader):  # type: ignore[misc]
         except (ValueError, OverflowError, TypeError, KeyError) as exc:
             what = node.tag.rsplit(":", 1)[-1]
             value = node.value if isinstance(node, yaml.ScalarNode) else f"!!{what}"
-            raise yaml.constructor.ConstructorError(
-                None,
-                None,
-                f"{shown(str(value)[:80])} cannot be read as YAML's {what} type: {str(exc)[:120]}",
-                node.start_mark,
+            raise _Refused(
+                node, f"{shown(str(value)[:80])} cannot be read as YAML's {what} type: {str(exc)[:120]}"
             ) from None
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
@@ -60,12 +67,10 @@ class _Loader(_BaseLoader):  # type: ignore[misc]
                     None, None, "a mapping key that is itself a list or a mapping", key_node.start_mark
                 ) from None
             if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None,
-                    None,
+                raise _Refused(
+                    key_node,
                     f"the key {shown(key)} appears twice in one mapping"
                     f" (first at line {seen[key].start_mark.line + 1})",
-                    key_node.start_mark,
                 )
             seen[key] = key_node
         return dict(super().construct_mapping(node, deep=deep))
@@ -81,12 +86,19 @@ def read_yaml(path: Path, digests: dict[Path, str] | None = None) -> Any:
     whether output made from the file is current: a file read again later may have changed meanwhile)."""
     try:
         data = path.read_bytes()
-        text = data.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        raise InputError(f"cannot read the file: {why}", file=path) from exc
+    except OSError as exc:
+        raise InputError(f"cannot read the file: {exc.strerror}", file=path) from exc
     if digests is not None:
         digests[path] = hashlib.sha256(data).hexdigest()
+    return yaml_document(data, path)
+
+
+def yaml_document(data: bytes, path: Path) -> Any:
+    """The document in a file's bytes (`path` names it in errors)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError("cannot read the file: not UTF-8 text", file=path) from exc
     try:
         return _load_bounded(text, path)
     except RecursionError:
@@ -106,9 +118,39 @@ def _load_bounded(text: str, path: Path) -> Any:
         if node is None:
             return None
         _check_size(node, path)
-        return loader.construct_document(node)
+        try:
+            return loader.construct_document(node)
+        except _Refused as exc:
+            mark = exc.node.start_mark
+            where = f"line {mark.line + 1}, column {mark.column + 1}"
+            problem = f"{exc.problem} ({where})"
+            raise InputError(problem, file=path, field=_field_of(node, exc.node) or where) from None
     finally:
         loader.dispose()
+
+
+def _field_of(root: yaml.Node, target: yaml.Node) -> str | None:
+    """The dotted field path (`vllm_args[1]`, `model.base_env.A`) of a node in the document, a key's being
+    its own; looked for only once something is refused there."""
+    seen: set[int] = set()
+    queue: list[tuple[yaml.Node, str]] = [(root, "")]
+    while queue:
+        node, field = queue.pop(0)
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                name = f"{field}.{key.value}" if field else str(key.value)
+                if key is target or value is target:
+                    return name
+                queue.append((value, name))
+        elif isinstance(node, yaml.SequenceNode):
+            for index, item in enumerate(node.value):
+                if item is target:
+                    return f"{field}[{index}]"
+                queue.append((item, f"{field}[{index}]"))
+    return None
 
 
 def _check_size(root: yaml.Node, path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, get_args
@@ -62,6 +63,7 @@ node_count = whole_number(
 instance_count = whole_number(1, MAX_INSTANCES, f"a KV store has 1 to {MAX_INSTANCES} vLLM instances")
 
 
+@functools.cache  # the grammar is the same for every command of one process
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="factory", description=DESCRIPTION)
     parser.add_argument(

@@ -25,10 +25,22 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True, coerce_numbers_to_str=True)
 
 
+def _env_value(value: Any) -> Any:
+    """An environment value the site prints: YAML's null as "null" (String(null)); a list or a mapping is
+    refused, naming what it is (the site prints one as "" or "[object Object]")."""
+    if value is None:
+        return "null"
+    if isinstance(value, list | dict):
+        raise ValueError(
+            f"an environment value is text, a number or true or false, not a {type(value).__name__}"
+        )
+    return value
+
+
 # An environment value as YAML writes it: a string, or a number the shell sees as its text (printed as the
 # site prints it: factory.base.site_text).
 EnvValue = str | int | float | bool
-Env = dict[str, EnvValue]
+Env = dict[str, Annotated[EnvValue, BeforeValidator(_env_value)]]
 
 
 def _as_site_prints(value: Any) -> Any:
