@@ -1,6 +1,6 @@
 """`nox -s bench`: the factory's figures, each beside its goal, measured in one run on this machine.
 
-  hostile   an alias bomb refused in about the time a sound file takes
+  hostile   an alias bomb refused in about the time a sound file takes; each class of issue 43, timed
   corpus    `factory lock` of the shared corpus (cold, unchanged) and `factory generate` of it (cold beside
             the disk's floor, unchanged, --check); needs FACTORY_UPSTREAM_RECIPES
   cpu       the CPU image: a cold build against pip's floor, rebuilds, size against its contents
@@ -35,6 +35,7 @@ from corpus import generate_figures, lock_figures
 from docker.errors import ImageNotFound
 from figures import Figure, blueprint, scratch_project, table
 from hostile import alias_bomb_figures
+from hostile_classes import hostile_class_figures
 from registry import registry_answering
 from startup import startup_figures
 from trust import trust_figures
@@ -105,7 +106,7 @@ def main() -> int:
     listing: list[str] = []
     try:
         if "hostile" in groups:
-            figures += alias_bomb_figures()
+            figures += alias_bomb_figures() + hostile_class_figures(root)
         if "corpus" in groups:
             figures += corpus(root)
         if "cpu" in groups:

@@ -66,7 +66,7 @@ target "tiny-random-embedding-vllm0-32-0-cpu-default-mooncake" {
   context    = "images/tiny-random-embedding/vllm0.32.0-cpu-default-mooncake"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/tiny-random-embedding:vllm0.32.0-cpu-default-mooncake", "${REGISTRY}vllm-factory/tiny-random-embedding:vllm0.32.0-cpu-default-mooncake-c348936c5337"]
+  tags       = ["${REGISTRY}vllm-factory/tiny-random-embedding:vllm0.32.0-cpu-default-mooncake", "${REGISTRY}vllm-factory/tiny-random-embedding:vllm0.32.0-cpu-default-mooncake-5d5be831fad6"]
 }
 
 target "tiny-random-llama-vllm0-32-0-cpu-default" {
@@ -80,7 +80,7 @@ target "tiny-random-llama-vllm0-32-0-cpu-default-mooncake" {
   context    = "images/tiny-random-llama/vllm0.32.0-cpu-default-mooncake"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default-mooncake", "${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default-mooncake-c9018a055a50"]
+  tags       = ["${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default-mooncake", "${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default-mooncake-0698a5109d16"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default" {

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import ROOT, recipes_tree, run_factory, small_recipe, tree_snapshot
+from tests.conftest import ROOT, recipes_tree, small_recipe, tree_snapshot
+from tests.hostile_trees import in_process
 
 KIMI_FILE = Path("recipes/models/moonshotai/Kimi-Linear-48B-A3B-Instruct.yaml")
 Change = Callable[[dict[str, Any]], None]
@@ -25,7 +26,7 @@ def _refused(tmp_path: Path, change: Change, field: str, value: str) -> str:
     change(recipe)
     recipes = recipes_tree(tmp_path / "recipes", {"acme/Small-8B": recipe})
     out = tmp_path / "work" / "out"
-    result = run_factory(ROOT, "generate", "--recipes", str(recipes), "--out", str(out))
+    result = in_process(ROOT, "generate", "--recipes", str(recipes), "--out", str(out))
     assert result.returncode == 1, result.stdout + result.stderr
     line = next(line for line in result.stderr.splitlines() if line.startswith("bad recipe:"))
     assert "models/acme/Small-8B.yaml" in line and field in line and repr(value) in line, line
@@ -100,7 +101,7 @@ def test_dollar_signs_reach_vllm_as_written(scratch: Path) -> None:
     data["hardware_overrides"]["amd"]["extra_env"]["SAFETENSORS_FAST_GPU"] = "${HOME}/$(id)"
     data["hardware_overrides"]["amd"]["extra_args"].append("--served-model-name=$USER")
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    result = run_factory(scratch, "generate")
+    result = in_process(scratch, "generate")
     assert result.returncode == 0, result.stderr
     dockerfile = (
         scratch / "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-mi300x-default/Dockerfile"
@@ -147,7 +148,7 @@ def run_compose_config(compose_file: Path) -> dict[str, Any]:
 
 def test_a_node_count_that_would_write_thousands_of_files_is_refused(scratch: Path) -> None:
     before = tree_snapshot(scratch)
-    result = run_factory(scratch, "generate", "--nodes", "1000")
+    result = in_process(scratch, "generate", "--nodes", "1000")
     assert result.returncode == 2
     assert "--nodes: 1000 is outside 2..64" in result.stderr
     assert tree_snapshot(scratch) == before
@@ -159,7 +160,7 @@ def test_capitals_in_a_slug_are_lower_cased_not_refused(tmp_path: Path) -> None:
         {"acme/Small-8B": small_recipe(meta={"slug": "Small-Caps", "title": "t", "hardware": {}})},
     )
     out = tmp_path / "out"
-    result = run_factory(ROOT, "generate", "--recipes", str(recipes), "--out", str(out))
+    result = in_process(ROOT, "generate", "--recipes", str(recipes), "--out", str(out))
     assert result.returncode == 0, result.stderr
     assert (out / "compose" / "small-caps").is_dir(), sorted(p.name for p in (out / "compose").iterdir())
 

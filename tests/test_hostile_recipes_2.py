@@ -5,7 +5,6 @@ and nothing written or read outside where it belongs."""
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,8 @@ import yaml
 
 from factory.base.errors import InputError
 from factory.base.yamlfile import read_yaml
-from tests.conftest import ROOT, recipes_tree, run_factory, small_recipe
+from tests.conftest import ROOT, recipes_tree, small_recipe
+from tests.hostile_trees import Ran, in_process
 
 Change = Callable[[dict[str, Any]], None]
 GOOD = "acme/Good-8B"  # a sound recipe beside every bad one: it must still be generated
@@ -31,9 +31,9 @@ def _tree(tmp_path: Path, recipes: dict[str, dict[str, Any]] | None = None) -> P
     return recipes_tree(tmp_path / "recipes", {GOOD: _good(), **(recipes or {})})
 
 
-def _generate(tmp_path: Path, recipes: Path) -> tuple[subprocess.CompletedProcess[str], Path, list[str]]:
+def _generate(tmp_path: Path, recipes: Path) -> tuple[Ran, Path, list[str]]:
     out = tmp_path / "out"
-    result = run_factory(ROOT, "generate", "--recipes", str(recipes), "--out", str(out))
+    result = in_process(ROOT, "generate", "--recipes", str(recipes), "--out", str(out))
     assert "Traceback" not in result.stderr, result.stderr
     bad = [line for line in result.stderr.splitlines() if line.startswith("bad recipe:")]
     return result, out, bad
@@ -191,7 +191,7 @@ def test_generate_never_writes_through_a_linked_output_folder(tmp_path: Path) ->
     out = tmp_path / "out"
     (out / "compose").mkdir(parents=True)
     (out / "compose" / "good").symlink_to(outside)
-    result = run_factory(ROOT, "generate", "--recipes", str(_tree(tmp_path)), "--out", str(out))
+    result = in_process(ROOT, "generate", "--recipes", str(_tree(tmp_path)), "--out", str(out))
     assert result.returncode != 0, result.stderr
     assert "compose/good" in result.stderr and "symlink" in result.stderr
     assert "Traceback" not in result.stderr
@@ -204,7 +204,7 @@ def test_generate_never_writes_its_cache_through_a_link(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
     (out / ".factory-cache").symlink_to(outside)
-    result = run_factory(ROOT, "generate", "--recipes", str(_tree(tmp_path)), "--out", str(out))
+    result = in_process(ROOT, "generate", "--recipes", str(_tree(tmp_path)), "--out", str(out))
     assert result.returncode == 0, result.stderr
     assert (out / "compose" / "good").is_dir()
     assert list(outside.iterdir()) == [], "the cache is skipped, not written outside the output folder"
@@ -312,9 +312,9 @@ def _two_models(tmp_path: Path) -> Path:
     return recipes_tree(tmp_path / "recipes", {"acme/One": one, "acme/Two": two})
 
 
-def _show(recipes: Path, tmp_path: Path, name: str) -> subprocess.CompletedProcess[str]:
+def _show(recipes: Path, tmp_path: Path, name: str) -> Ran:
     out = tmp_path / "out"
-    return run_factory(ROOT, "show", name, "--hardware", "h200", "--recipes", str(recipes), "--out", str(out))
+    return in_process(ROOT, "show", name, "--hardware", "h200", "--recipes", str(recipes), "--out", str(out))
 
 
 def test_a_model_id_that_differs_only_in_case_does_not_take_another_recipes_place(tmp_path: Path) -> None:
@@ -410,7 +410,7 @@ def test_ports_and_counts_out_of_range_are_refused(
 def test_a_catalog_port_out_of_range_is_refused(scratch: Path) -> None:
     catalog = scratch / "catalog" / "hardware.yaml"
     catalog.write_text(catalog.read_text().replace("  port: 8000", "  port: 70000", 1))
-    result = run_factory(scratch, "generate")
+    result = in_process(scratch, "generate")
     assert result.returncode != 0
     assert "hardware.yaml" in result.stderr and "port" in result.stderr and "70000" in result.stderr
 

@@ -26,7 +26,8 @@ from factory.project import Project, load_project
 from factory.recipes import bundled
 from factory.recipes.loader import load_tree
 from tests import kubernetes_checks as checks
-from tests.conftest import ROOT, TINY, blueprint_of, kubectl, run_factory, small_recipe
+from tests.conftest import ROOT, TINY, blueprint_of, kubectl, small_recipe
+from tests.hostile_trees import Ran, in_process
 from tests.test_hostile_recipes_2 import _generate, _only_bad, _tree
 
 
@@ -37,7 +38,8 @@ from tests.test_hostile_recipes_2 import _generate, _only_bad, _tree
         ("!!int abc", "'abc' cannot be read as YAML's int type"),
         ("!!bool maybe", "'maybe' cannot be read as YAML's bool type"),
         ("!!float x", "'x' cannot be read as YAML's float type"),
-        ("9" * 5000, "cannot be read as YAML's int type: Exceeds the limit (4300 digits)"),
+        # An integer past Python's 4,300 digits was refused here; since round four (issue 43) it is text, as
+        # js-yaml reads every number past a double (tests/test_hostile_recipes_4.py).
     ],
 )
 def test_a_value_its_yaml_tag_refuses_is_that_recipes_error_alone(
@@ -132,7 +134,7 @@ def test_a_catalog_with_no_gpus_per_node_is_refused_naming_the_field(scratch: Pa
     a recipe's."""
     catalog = scratch / "catalog" / "hardware.yaml"
     catalog.write_text(catalog.read_text().replace("    gpus_per_node: 8", "    gpus_per_node: 0", 1))
-    result = run_factory(scratch, "generate")
+    result = in_process(scratch, "generate")
     assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert "hardware.yaml" in result.stderr and "gpus_per_node" in result.stderr, result.stderr[-2000:]
 
@@ -285,7 +287,7 @@ def test_environment_names_and_values_yaml_could_misread_reach_compose_and_kubec
 # --- links and special files at the edges -----------------------------------------------------------------
 
 
-def _one_error(result: subprocess.CompletedProcess[str], *expected: str) -> str:
+def _one_error(result: Ran, *expected: str) -> str:
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
     lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and all(text in lines[0] for text in expected), result.stderr[-2000:]
@@ -302,7 +304,7 @@ def test_a_shared_folder_that_is_a_link_is_refused(tmp_path: Path, folder: str) 
     else:
         outside.mkdir()
     (recipes / folder).symlink_to(outside)
-    result = run_factory(ROOT, "generate", "--recipes", str(recipes), "--out", str(tmp_path / "out"))
+    result = in_process(ROOT, "generate", "--recipes", str(recipes), "--out", str(tmp_path / "out"))
     _one_error(result, "a symlink", folder)
 
 
@@ -310,7 +312,7 @@ def test_a_fifo_among_the_strategies_is_refused_not_waited_on(tmp_path: Path) ->
     """Opening it waited for a writer forever."""
     recipes = _tree(tmp_path)
     os.mkfifo(recipes / "strategies" / "stuck.yaml")
-    result = run_factory(ROOT, "generate", "--recipes", str(recipes), "--out", str(tmp_path / "out"))
+    result = in_process(ROOT, "generate", "--recipes", str(recipes), "--out", str(tmp_path / "out"))
     _one_error(result, "not a regular file", "stuck.yaml")
 
 
@@ -325,9 +327,9 @@ def test_a_generated_file_replaced_by_a_link_or_a_fifo_is_rewritten_without_read
     compose_file.symlink_to("/dev/zero")
     (kustomization / "manifest.yaml").unlink()
     os.mkfifo(kustomization / "manifest.yaml")
-    checked = run_factory(scratch, "generate", "--check")
+    checked = in_process(scratch, "generate", "--check")
     assert checked.returncode == 1 and "missing" in checked.stdout + checked.stderr, checked.stderr[-2000:]
-    result = run_factory(scratch, "generate")
+    result = in_process(scratch, "generate")
     assert result.returncode == 0, result.stderr[-2000:]
     for path, content in expected.items():
         assert not path.is_symlink() and path.is_file() and path.read_bytes() == content, path
@@ -353,7 +355,7 @@ def test_a_folder_where_a_generated_file_goes_ends_in_one_line(scratch: Path) ->
     )
     compose_file.unlink()
     (compose_file / "inside").mkdir(parents=True)
-    result = run_factory(scratch, "generate")
+    result = in_process(scratch, "generate")
     _one_error(result, "compose.yaml")
 
 
@@ -474,7 +476,7 @@ def test_a_kv_store_file_the_factory_now_reads_is_refused_in_one_line(
     folder = recipes / "kv_store"
     folder.mkdir(exist_ok=True)
     (folder / "kv_bad.yaml").write_text(f"name: kv_bad\ndeploy_type: kv_store_lb\n{field}: {value}\n")
-    result = run_factory(ROOT, "generate", "--recipes", str(recipes), "--out", str(tmp_path / "out"))
+    result = in_process(ROOT, "generate", "--recipes", str(recipes), "--out", str(tmp_path / "out"))
     _one_error(result, "kv_bad.yaml", said)
 
 
@@ -484,5 +486,5 @@ def test_a_kv_store_file_named_unlike_its_name_is_refused(tmp_path: Path) -> Non
     recipes = _tree(tmp_path)
     (recipes / "kv_store").mkdir(exist_ok=True)
     (recipes / "kv_store" / "kv_one.yaml").write_text("name: kv_other\ndeploy_type: kv_store_lb\n")
-    result = run_factory(ROOT, "generate", "--recipes", str(recipes), "--out", str(tmp_path / "out"))
+    result = in_process(ROOT, "generate", "--recipes", str(recipes), "--out", str(tmp_path / "out"))
     _one_error(result, "kv_one.yaml", "must match its file name")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -12,6 +13,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from factory.base.errors import InputError, shown
+from factory.base.yaml_scalars import CONSTRUCTORS, js_yaml_resolvers
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 # libyaml's parser where PyYAML was built with it (several times faster on a whole recipes tree).
@@ -24,7 +26,17 @@ MAX_ALIASED_NODES = 100_000
 MAX_DEPTH = 64
 _MERGE = "tag:yaml.org,2002:merge"
 # Names pydantic puts in an error's location for the member of a union it tried: not field names.
-_UNION_MEMBERS = re.compile(r"^(str|int|float|bool|list\[.*|dict\[.*|literal\[.*|function-.*|.*\[.*\])$")
+_UNION_MEMBERS = re.compile(
+    r"^(str|int|float|bool|none|list\[.*|dict\[.*|literal\[.*|function-.*|constrained-.*|.*\[.*\])$"
+)
+
+
+class _Refused(yaml.constructor.ConstructorError):
+    """A node the constructor refuses, kept so that the error can name its field."""
+
+    def __init__(self, node: yaml.Node, problem: str) -> None:
+        super().__init__(None, None, problem, node.start_mark)
+        self.node = node
 
 
 class _Loader(_BaseLoader):  # type: ignore[misc]
@@ -36,13 +48,10 @@ class _Loader(_BaseLoader):  # type: ignore[misc]
         try:
             return super().construct_object(node, deep=deep)
         except (ValueError, OverflowError, TypeError, KeyError) as exc:
-            value = node.value if isinstance(node, yaml.ScalarNode) else node.tag
             what = node.tag.rsplit(":", 1)[-1]
-            raise yaml.constructor.ConstructorError(
-                None,
-                None,
-                f"{shown(str(value)[:80])} cannot be read as YAML's {what} type: {str(exc)[:120]}",
-                node.start_mark,
+            value = node.value if isinstance(node, yaml.ScalarNode) else f"!!{what}"
+            raise _Refused(
+                node, f"{shown(str(value)[:80])} cannot be read as YAML's {what} type: {str(exc)[:120]}"
             ) from None
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
@@ -58,71 +67,38 @@ class _Loader(_BaseLoader):  # type: ignore[misc]
                     None, None, "a mapping key that is itself a list or a mapping", key_node.start_mark
                 ) from None
             if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None,
-                    None,
+                raise _Refused(
+                    key_node,
                     f"the key {shown(key)} appears twice in one mapping"
                     f" (first at line {seen[key].start_mark.line + 1})",
-                    key_node.start_mark,
                 )
             seen[key] = key_node
         return dict(super().construct_mapping(node, deep=deep))
 
 
-# The recipes site reads every file with js-yaml 4 (its default schema: YAML 1.2's core schema, timestamps
-# and merge keys), PyYAML with YAML 1.1's: unquoted `yes` and `off` were booleans here, `1:30` was 90 and
-# `010` was 8, where the site reads "yes", "off", "1:30" and 10. These are js-yaml 4.3.2's resolvers (read
-# from its lib/type/*.js), in its order; timestamps and merge keys stay PyYAML's, which agree with it.
-_JS_YAML_INT = r"^[-+]?(?:0b[01]+|0x[0-9a-fA-F]+|0o[0-7]+|[0-9]+)$"
-_JS_YAML_SCALARS: list[tuple[str, str, list[str]]] = [
-    ("tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
-    ("tag:yaml.org,2002:bool", r"^(?:true|True|TRUE|false|False|FALSE)$", list("tTfF")),
-    ("tag:yaml.org,2002:int", _JS_YAML_INT, list("-+0123456789")),
-    (
-        "tag:yaml.org,2002:float",
-        r"^(?:[-+]?[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?|\.[0-9]+(?:[eE][-+]?[0-9]+)?"
-        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$",
-        list("-+0123456789."),
-    ),
-]
-_KEPT = {"tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:merge"}
-_INT_BASES = {"0b": 2, "0o": 8, "0x": 16}
+_Loader.yaml_implicit_resolvers = js_yaml_resolvers()
+for _tag, _constructor in CONSTRUCTORS.items():
+    _Loader.add_constructor(_tag, _constructor)
 
 
-def _js_yaml_resolvers() -> dict[Any, list[tuple[str, re.Pattern[str]]]]:
-    resolvers: dict[Any, list[tuple[str, re.Pattern[str]]]] = {}
-    for tag, pattern, first in _JS_YAML_SCALARS:
-        for char in first:
-            resolvers.setdefault(char or None, []).append((tag, re.compile(pattern)))
-    for char, entries in yaml.SafeLoader.yaml_implicit_resolvers.items():
-        for tag, regexp in entries:
-            if tag in _KEPT:
-                resolvers.setdefault(char, []).append((tag, regexp))
-    return resolvers
-
-
-def _construct_int(loader: Any, node: yaml.ScalarNode) -> int:
-    """js-yaml's integer: decimal whatever its leading zeros, 0b, 0o and 0x forms, a sign before any. An
-    explicit `!!int` holds the same forms only (Python's int() would also take `1_000`, ` 5` or `+-5`)."""
-    text = str(loader.construct_scalar(node))
-    if not re.fullmatch(_JS_YAML_INT, text):
-        raise ValueError(f"not an integer as YAML 1.2 writes one: {text[:40]!r}")
-    sign = -1 if text.startswith("-") else 1
-    digits = text[1:] if text.startswith(("+", "-")) else text
-    base = _INT_BASES.get(digits[:2])
-    return sign * (int(digits[2:], base) if base else int(digits, 10))
-
-
-_Loader.yaml_implicit_resolvers = _js_yaml_resolvers()
-_Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
-
-
-def read_yaml(path: Path) -> Any:
+def read_yaml(path: Path, digests: dict[Path, str] | None = None) -> Any:
+    """The file's document; `digests`: where to record the sha256 of the very bytes read (what decides
+    whether output made from the file is current: a file read again later may have changed meanwhile)."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        raise InputError(f"cannot read the file: {why}", file=path) from exc
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read the file: {exc.strerror}", file=path) from exc
+    if digests is not None:
+        digests[path] = hashlib.sha256(data).hexdigest()
+    return yaml_document(data, path)
+
+
+def yaml_document(data: bytes, path: Path) -> Any:
+    """The document in a file's bytes (`path` names it in errors)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError("cannot read the file: not UTF-8 text", file=path) from exc
     try:
         return _load_bounded(text, path)
     except RecursionError:
@@ -142,16 +118,47 @@ def _load_bounded(text: str, path: Path) -> Any:
         if node is None:
             return None
         _check_size(node, path)
-        return loader.construct_document(node)
+        try:
+            return loader.construct_document(node)
+        except _Refused as exc:
+            mark = exc.node.start_mark
+            where = f"line {mark.line + 1}, column {mark.column + 1}"
+            problem = f"{exc.problem} ({where})"
+            raise InputError(problem, file=path, field=_field_of(node, exc.node) or where) from None
     finally:
         loader.dispose()
 
 
+def _field_of(root: yaml.Node, target: yaml.Node) -> str | None:
+    """The dotted field path (`vllm_args[1]`, `model.base_env.A`) of a node in the document, a key's being
+    its own; looked for only once something is refused there."""
+    seen: set[int] = set()
+    queue: list[tuple[yaml.Node, str]] = [(root, "")]
+    while queue:
+        node, field = queue.pop(0)
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                name = f"{field}.{key.value}" if field else str(key.value)
+                if key is target or value is target:
+                    return name
+                queue.append((value, name))
+        elif isinstance(node, yaml.SequenceNode):
+            for index, item in enumerate(node.value):
+                if item is target:
+                    return f"{field}[{index}]"
+                queue.append((item, f"{field}[{index}]"))
+    return None
+
+
 def _check_size(root: yaml.Node, path: Path) -> None:
     """Refuse a document whose aliases would expand past MAX_ALIASED_NODES, or that nests past MAX_DEPTH,
-    before anything is expanded: each distinct node is visited once, its expanded size memoised."""
-    sizes: dict[int, int] = {}  # id(node) -> nodes it stands for once every alias in it is expanded
-    heights: dict[int, int] = {}  # id(node) -> levels below it, aliases followed
+    before anything is expanded: each distinct collection is visited once, its expanded size memoised. A
+    scalar is counted where it is, never visited (most nodes are scalars: 200,000 keys took seconds)."""
+    sizes: dict[int, int] = {}  # id(collection) -> nodes it stands for once every alias in it is expanded
+    heights: dict[int, int] = {}  # id(collection) -> levels below it, aliases followed
     distinct = 0
     stack: list[tuple[yaml.Node, int, bool]] = [(root, 1, False)]
     while stack:
@@ -162,12 +169,21 @@ def _check_size(root: yaml.Node, path: Path) -> None:
             raise InputError(f"malformed YAML: nested deeper than {MAX_DEPTH} levels", file=path)
         children = _children(node)
         if children_done:
-            sizes[id(node)] = 1 + sum(sizes[id(child)] for child in children)
-            heights[id(node)] = 1 + max((heights[id(child)] for child in children), default=0)
+            size, height = 1, 1
+            for child in children:
+                if isinstance(child, yaml.ScalarNode):
+                    size, height, distinct = size + 1, max(height, 2), distinct + 1
+                else:
+                    size, height = size + sizes[id(child)], max(height, 1 + heights[id(child)])
+            sizes[id(node)], heights[id(node)] = size, height
             distinct += 1
             continue
         stack.append((node, depth, True))
-        stack.extend((child, depth + 1, False) for child in children if id(child) not in sizes)
+        stack.extend(
+            (child, depth + 1, False)
+            for child in children
+            if not isinstance(child, yaml.ScalarNode) and id(child) not in sizes
+        )
     if heights[id(root)] > MAX_DEPTH:  # an alias nested inside another alias's anchor, many times over
         raise InputError(f"malformed YAML: nested deeper than {MAX_DEPTH} levels", file=path)
     expanded = sizes[id(root)]
@@ -199,8 +215,8 @@ def parse_model(model: type[ModelT], data: Any, path: Path, prefix: str = "") ->
         raise _as_input_error(exc, model, path, prefix) from None
 
 
-def load_model(model: type[ModelT], path: Path) -> ModelT:
-    return parse_model(model, read_yaml(path), path)
+def load_model(model: type[ModelT], path: Path, digests: dict[Path, str] | None = None) -> ModelT:
+    return parse_model(model, read_yaml(path, digests), path)
 
 
 def load_json_model(model: type[ModelT], path: Path, what: str, hint: str) -> ModelT:

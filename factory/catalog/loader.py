@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Collection
 from pathlib import Path
 
 from factory.base.errors import InputError
 from factory.base.models import Strict
-from factory.base.yamlfile import load_model
+from factory.base.yamlfile import parse_model, yaml_document
 from factory.catalog.schema import Catalog, DeviationRule
 
 
@@ -15,13 +16,36 @@ class _Deviations(Strict):
     deviations: list[DeviationRule]
 
 
+# Catalogs read in this process, by the digest of the bytes they were read from (the catalog is a few
+# hundred lines of nested models: a run in this process reads it again only when it changed).
+_READ: dict[str, Catalog] = {}
+
+
 def load_catalog(path: Path) -> Catalog:
     """catalog/hardware.yaml, with catalog/deviations.yaml beside it when it exists."""
-    catalog = load_model(Catalog, path)
     deviations = path.with_name("deviations.yaml")
-    if deviations.is_file():
-        rules = load_model(_Deviations, deviations).deviations
-        catalog = catalog.model_copy(update={"deviations": rules})
+    try:
+        data = path.read_bytes()
+        rules = deviations.read_bytes() if deviations.is_file() else None
+    except OSError as exc:
+        raise InputError(f"cannot read the file: {exc.strerror}", file=exc.filename or path) from exc
+    key = hashlib.sha256(data + b"\0" + (rules if rules is not None else b"-")).hexdigest()
+    if key not in _READ:
+        _READ.clear()  # one catalog at a time is what a process reads
+        _READ[key] = _checked(_parsed(data, path, rules, deviations), path)
+    return _READ[key]
+
+
+def _parsed(data: bytes, path: Path, rules: bytes | None, deviations: Path) -> Catalog:
+    catalog = parse_model(Catalog, yaml_document(data, path), path)
+    if rules is not None:
+        found = parse_model(_Deviations, yaml_document(rules, deviations), deviations).deviations
+        catalog = catalog.model_copy(update={"deviations": found})
+    return catalog
+
+
+def _checked(catalog: Catalog, path: Path) -> Catalog:
+    """The catalog, once every name it uses names one of its own entries."""
     for name, hardware in catalog.hardware.items():
         _named(hardware.install, catalog.installs, path, f"hardware.{name}.install", "install")
         _named(hardware.vendor, catalog.vendors, path, f"hardware.{name}.vendor", "vendor")

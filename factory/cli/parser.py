@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, get_args
@@ -19,6 +20,7 @@ from factory.cli.files import (
 )
 from factory.cli.images import cmd_build, cmd_check_args, cmd_validate
 from factory.cli.publishing import add_publishing
+from factory.recipes.tree_schema import MAX_INSTANCES
 
 DESCRIPTION = (
     "The `factory` command: parses arguments, calls the package, prints what it returns. It decides nothing."
@@ -49,11 +51,11 @@ def whole_number(low: int, high: int, why: str) -> Callable[[str], int]:
 node_count = whole_number(
     2, MAX_NODES, f"multi-node deployments span 2 to {MAX_NODES} nodes, each with its own compose file"
 )
-MAX_INSTANCES = 64
 # --instances: how many vLLM instances share a KV store (one needs no router).
 instance_count = whole_number(1, MAX_INSTANCES, f"a KV store has 1 to {MAX_INSTANCES} vLLM instances")
 
 
+@functools.cache  # the grammar is the same for every command of one process
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="factory", description=DESCRIPTION)
     parser.add_argument(

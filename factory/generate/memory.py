@@ -2,10 +2,11 @@
 planned and rendered again: per recipe, the digest of everything its files are made from, and what it
 generated (each file's digest and stamp, its bake targets, its counts and messages).
 
-The digest covers the recipe file, the tree's shared files (taxonomy, strategies), the catalog, the lock
-and its sets, the factory's own code and templates, the command's options, and any model files the recipe
-ships: output is a pure function of these. A remembered recipe is trusted only while every file it generated
-is still on disk with the digest it was written with; otherwise it is planned again. The memory lives in the
+The digest covers the recipe file, the tree's shared files (taxonomy, strategies, KV stores: every file the
+loader read, as it read it), the catalog, the lock and its sets, the router's lock, the factory's own code and
+templates, the command's options, and any model files the recipe ships: output is a pure function of these.
+A remembered recipe is trusted only while every file it generated is still on disk with the digest it was
+written with; otherwise it is planned again. The memory lives in the
 output folder (.factory-cache/, never committed); deleting it only costs time.
 
 Reading back every generated file to hash it was most of an unchanged run (45,000 files on the upstream
@@ -18,6 +19,7 @@ the same tick, at the same size, could keep its stamp.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -62,29 +64,49 @@ def digest_of(chunks: Iterable[bytes]) -> str:
 
 
 def shared_inputs(project: Project, nodes: int | None) -> str:
-    """The digest of what every recipe's output depends on besides the recipe itself."""
+    """The digest of what every recipe's output depends on besides the recipe itself: the factory's code and
+    templates, the catalog, the tree's shared files as the loader read them (taxonomy, strategies, KV stores:
+    each by its place in the tree and the digest of the very bytes read), the lock with its sets and the
+    router's lock, and the options. A file added, changed or removed changes it."""
     digest = hashlib.sha256(f"nodes={nodes}\0".encode())
-    package = Path(factory.__file__).parent
-    tree = project.tree.root
-    paths = [
-        *sorted(p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts),
+    _framed(digest, "(the factory's code)", code_digest())
+    files = [
         project.catalog_path,
         project.catalog_path.with_name("deviations.yaml"),
-        tree / "taxonomy.yaml",
-        *sorted((tree / "strategies").glob("*.yaml")),
         project.lock_path,  # images install what the lock says: its sets are inputs too
         *sorted((project.lock_path.parent / "sets").glob("*.txt")),
         *sorted((project.lock_path.parent / "router").glob("*")),  # pd_cluster files name the router's image
     ]
-    for path in paths:
+    for path in files:
         if path.is_file():
-            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+            _framed(digest, path.as_posix(), hashlib.sha256(path.read_bytes()).hexdigest())
+    for path, read in sorted(project.tree.inputs.items()):
+        _framed(digest, project.relative(path), read)
     return digest.hexdigest()
 
 
+@functools.cache
+def code_digest() -> str:
+    """The digest of the factory's code and templates, as this process runs them: read once per process
+    (its modules are imported once; hashing the package's files cost every in-process run 50 ms)."""
+    digest = hashlib.sha256()
+    package = Path(factory.__file__).parent
+    for path in sorted(p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        _framed(digest, path.relative_to(package).as_posix(), hashlib.sha256(path.read_bytes()).hexdigest())
+    return digest.hexdigest()
+
+
+def _framed(digest: hashlib._Hash, name: str, content: str) -> None:
+    """One named part of a digest, its lengths first: no two different sets of parts digest alike."""
+    for part in (name.encode(), content.encode()):
+        digest.update(len(part).to_bytes(8, "big") + part)
+
+
 def recipe_inputs(project: Project, loaded: LoadedRecipe, shared: str) -> str:
+    """The digest of one recipe's output's inputs: the shared ones, the recipe file as it was read, and its
+    bundled model files."""
     digest = hashlib.sha256(shared.encode())
-    digest.update(project.relative(loaded.path).encode() + b"\0" + loaded.path.read_bytes())
+    _framed(digest, project.relative(loaded.path), loaded.digest)
     bundled.add_to_digest(digest, loaded.bundled_model_dir)
     return digest.hexdigest()
 

@@ -12,7 +12,6 @@ them). A vendor image (ROCm) is not a locked set, so its KV-store images are not
 from __future__ import annotations
 
 import hashlib
-import shlex
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -33,13 +32,14 @@ from factory.lockfile.model import (
     requirement_blocks,
 )
 from factory.lockfile.store import set_text
+from factory.recipes.kv_checks import shell_words
 from factory.recipes.tree_schema import KvStore
 
 
 def install_requirements(line: str) -> list[str]:
     """The requirements a kv_store file's install line installs (`uv pip install 'mooncake...>=0.3.10'`):
     every word after `install` that is no option."""
-    words = shlex.split(line)
+    words = shell_words(line)
     after = words[words.index("install") + 1 :] if "install" in words else []
     return [word for word in after if not word.startswith("-")]
 

@@ -18,10 +18,15 @@ SETS = "sets"
 
 
 def inputs_digest(tree: Path, catalog: Path) -> str:
-    """The digest of what the lock was made from: every recipe, the taxonomy and the catalog's files."""
+    """The digest of what the lock was made from: every recipe, the taxonomy, the KV stores (their install
+    lines and min_vllm_version decide the Mooncake layers) and the catalog's files. Strategies are not in
+    it: which releases and sets are locked does not depend on them."""
     digest = hashlib.sha256()
     paths = [
         tree / "taxonomy.yaml",
+        *sorted(
+            path for path in (tree / "kv_store").glob("*.yaml") if path.is_file() and not path.is_symlink()
+        ),
         # Only what the loader reads: a link, a folder or a dangling link named .yaml is a bad recipe's
         # problem, not a file to hash (reading one was a traceback, or a read outside the tree).
         *sorted(path for path in recipe_paths(tree) if path.is_file() and not path.is_symlink()),

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from factory.base.site_text import site_text
 from factory.plan.deployment import Deviation, FlagEdit, NodeRole, node_role
 from factory.plan.deviations import Process as Facts
 from factory.plan.deviations import apply
@@ -31,15 +32,10 @@ class PlannedCommands:
 
 
 def env_text(value: EnvValue) -> str:
-    """An environment value as the shell sees it (YAML's `1.0` is the site's `1`, `true` its `true`); text
-    stays the token it is (a pool node's own address keeps its rule)."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
+    """An environment value as the site prints it (JavaScript's String(): YAML's `1.0` is `1`, `.inf` is
+    `Infinity`, `1e-7` is `1e-7`, `true` is `true`); text stays the token it is (a pool node's own address
+    keeps its rule)."""
+    return value if isinstance(value, str) else site_text(value)
 
 
 def offload(taxonomy: Taxonomy, key: str | None) -> KvOffload | None:

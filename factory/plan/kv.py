@@ -17,7 +17,6 @@ address (VLLM_HOST_IP), and the catalog's router rules.
 from __future__ import annotations
 
 import json
-import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -28,6 +27,7 @@ from factory.plan.deployment import ConfigEdit, Deviation, EnvEdit, FlagEdit, No
 from factory.plan.runspec import FILL, ConfigMount, Launch
 from factory.plan.settings import placeholder_names
 from factory.project import Project
+from factory.recipes.kv_checks import HELD, SIZE_RULE, master_words, shell_words, size_bytes
 from factory.recipes.loader import LoadedRecipe
 from factory.recipes.tree_schema import ConfigValue
 from factory.synthesis.command import Command
@@ -36,32 +36,18 @@ from factory.synthesis.kv_store import KvCommand, instance_setting
 STORE_HOST = "$MOONCAKE_STORE_IP"  # the store's local_hostname: the address instances reach it at
 MASTER = "master"
 STORE = "store"
-
-
-# The memory a Mooncake client registers, as mooncake_config.py (0.3.13.post1) reads its config: a size in
-# bytes, or a number with a binary suffix (case-insensitive, "256MB" is 256 MiB); its defaults where absent.
-HELD = {"global_segment_size": 3355443200, "local_buffer_size": 1073741824}
-SIZE_SUFFIXES = {"kb": 2**10, "mb": 2**20, "gb": 2**30, "tb": 2**40}  # the longer suffixes first
-SIZE_SUFFIXES |= {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40, "b": 1}
+INSTANCE = "instance-"  # an instance's pool: instance-1, instance-2, ...
 
 
 def config_bytes(values: Mapping[str, ConfigValue], key: str, source: str) -> int:
-    """A size in a Mooncake config, in bytes, as Mooncake reads it."""
+    """A size in a Mooncake config, in bytes, as Mooncake reads it (the kv_store file's sizes were checked
+    when the tree was read; the catalog's are checked here)."""
     value = values.get(key, HELD[key])
-    text = str(value).strip().lower()
-    number, multiplier = text, 1
-    for suffix, times in SIZE_SUFFIXES.items():
-        if text.endswith(suffix):
-            number, multiplier = text[: -len(suffix)].strip(), times
-            break
     try:
-        return int(float(number) * multiplier)
-    except ValueError:
+        return size_bytes(value)
+    except ValueError as exc:
         raise InputError(
-            "a size Mooncake cannot read (a number of bytes, or one with a suffix: 500GB, 64MB)",
-            file=source,
-            field=key,
-            value=value,
+            f"not a size Mooncake can register: {exc}", file=source, field=key, value=value, valid=[SIZE_RULE]
         ) from None
 
 
@@ -72,7 +58,12 @@ def held_bytes(values: Mapping[str, ConfigValue], source: str) -> int:
 
 def instance_pool(number: int) -> str:
     """Instance `number`'s pool: its head and its other ranks."""
-    return f"instance-{number}"
+    return f"{INSTANCE}{number}"
+
+
+def instance_number(pool: str) -> int:
+    """The number of the instance whose pool this is (instance_pool's inverse)."""
+    return int(pool.removeprefix(INSTANCE))
 
 
 @dataclass(frozen=True)
@@ -82,13 +73,6 @@ class PlannedKv:
     command: KvCommand
     roles: tuple[NodeRole, ...]
     deviations: tuple[Deviation, ...]
-
-
-def master_argv(text: str) -> list[str]:
-    """The master's command as the kv_store file writes it, a shell snippet with comment lines and
-    backslash-continued lines, as the words it runs."""
-    lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
-    return shlex.split(" ".join(lines).replace("\\ ", " "))
 
 
 def config_text(values: Mapping[str, ConfigValue], source: str) -> str:
@@ -151,7 +135,7 @@ class _KvPlanner:
         return {name: f"${name}" for name in names}
 
     def master(self) -> NodeRole:
-        words = master_argv(self.kv.master)
+        words = master_words(self.kv.master)
         launch = Launch(entrypoint=tuple(words[:1]))
         return node_role(MASTER, 0, words[1:], {}, program="mooncake-master", launch=launch)
 
@@ -169,7 +153,7 @@ class _KvPlanner:
                 [ConfigEdit(process="store.config", key="local_hostname", before=None, after=STORE_HOST)],
             )
         config = self.mount(STORE, values)
-        words = shlex.split(kv.store_command)
+        words = shell_words(kv.store_command)
         program, args = words[:3], words[3:]
         found = [index for index, word in enumerate(args[:-1]) if word == "--config"]
         if found:

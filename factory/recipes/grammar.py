@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from factory.base.errors import InputError
+from factory.base.placeholders import PLACEHOLDER, known_setting
 
 # A name is a path segment (255 bytes on Linux, with a hardware id beside it) and a Docker tag part (128).
 MAX_NAME = 128
@@ -80,13 +81,16 @@ def check_model_id(value: str, path: Path, field: str) -> None:
 def check_values(data: Any, path: Path, prefix: str = "") -> None:
     """Every string anywhere in the recipe, keys included: no control characters (a newline would add a line
     to a generated file; page text and shell snippets may span lines), no value too long for a Dockerfile
-    line. Every flag list: no whitespace in a flag's name, ports and parallel sizes in range. Every
-    environment map: names as the shell knows them."""
-    command, over = 0, ""
-    for field, value in _walk(data, prefix):
-        leaf = field.rsplit(".", 1)[-1].split("[", 1)[0]
+    line. Then, each value bounded: every flag list: no whitespace in a flag's name, ports and parallel sizes
+    as vLLM reads them and in range; every environment map: names as the shell knows them."""
+    fields = list(_walk(data, prefix))
+    for field, value in fields:  # first: every later check reads values known to be short
         if isinstance(value, str):
+            leaf = field.rsplit(".", 1)[-1].split("[", 1)[0]
             _check_text(value, path, field, prose=leaf in PROSE)
+    command, over = 0, ""
+    for field, value in fields:
+        leaf = field.rsplit(".", 1)[-1].split("[", 1)[0]
         if leaf.endswith("args") and isinstance(value, list):
             _check_flags(value, path, field)
             command += sum(len(str(flag)) + 4 for flag in value)  # quoted, comma, space
@@ -137,27 +141,51 @@ def _check_flags(flags: list[Any], path: Path, field: str) -> None:
         if not isinstance(flag, str):
             continue
         where = f"{field}[{index}]"
-        if (
-            flag.startswith("-")
-            and re.search(r"\s", flag.split("=", 1)[0])
-            and not FLAG_AND_VALUE.fullmatch(flag)
-        ):
+        together = FLAG_AND_VALUE.fullmatch(flag)
+        if flag.startswith("-") and re.search(r"\s", flag.split("=", 1)[0]) and not together:
             raise InputError("whitespace in a flag's name", file=path, field=where, value=flag)
         name, equals, given = flag.partition("=")
+        if together:
+            name, equals, given = together["flag"], " ", together["value"]
+        name = _as_vllm_names(name)
+        if name not in PORT_FLAGS and name not in COUNT_FLAGS:
+            continue
         if not equals:
             following = flags[index + 1] if index + 1 < len(flags) else None
-            given = following if isinstance(following, str) else ""
+            if not isinstance(following, str):
+                raise InputError(f"{name} takes a value, and none follows it", file=path, field=where)
+            given = following
         if name in PORT_FLAGS:
-            _in_range(given, 1, 65535, path, where, f"a port for {name}")
-        elif name in COUNT_FLAGS:
-            _in_range(given, 1, MAX_COUNT, path, where, f"a count for {name}")
+            _vllm_number(given, 1, 65535, path, where, f"a port for {name}")
+        else:
+            _vllm_number(given, 1, MAX_COUNT, path, where, f"a count for {name}")
 
 
-def _in_range(text: str, low: int, high: int, path: Path, field: str, what: str) -> None:
-    """A number the flag takes, when it is written as one (a placeholder such as `$PORT` is left alone)."""
-    if not re.fullmatch(r"[+-]?[0-9]+", text.strip()):
+def _as_vllm_names(name: str) -> str:
+    """A flag as vLLM's FlexibleArgumentParser names it: `--tensor_parallel_size` is
+    `--tensor-parallel-size` (single-dash short forms are left as they are)."""
+    return name.replace("_", "-") if name.startswith("--") else name
+
+
+def _vllm_number(text: str, low: int, high: int, path: Path, field: str, what: str) -> None:
+    """A port or a count as vLLM reads it: its argparse types them `int`, Python's int(), which takes `+8000`,
+    ` 8000` and `8_000` for 8000 and refuses `0x1f90`, `8000.0` and an empty value. So does this check, and
+    the factory then uses the number as int() read it; a value int() refuses, or one out of range, is
+    refused here rather than by vLLM at start. A setting the factory knows (`$ROUTER_PORT`) is given at start.
+    (`text` is at most MAX_VALUE characters long, below int()'s 4,300 digits: checked first.)"""
+    setting = PLACEHOLDER.fullmatch(text)
+    if setting and known_setting(setting["braced"] or setting["bare"]) is not None:
         return
-    if not low <= int(text) <= high:
+    try:
+        number = int(text)
+    except ValueError:
+        raise InputError(
+            f"not {what}: vLLM reads it with Python's int(), which refuses it (whole, {low}..{high})",
+            file=path,
+            field=field,
+            value=text,
+        ) from None
+    if not low <= number <= high:
         raise InputError(f"not {what}: {low}..{high}", file=path, field=field, value=text)
 
 

@@ -56,8 +56,20 @@ def ignored_keys(recipe: Recipe, hardware: Iterable[str]) -> tuple[IgnoredKey, .
 
 
 def extra_keys(model: BaseModel) -> tuple[IgnoredKey, ...]:
-    """The keys of a recipe or a strategy file that no field of the schema here reads."""
-    return tuple(_extras(model, ""))
+    """The keys of a recipe or a strategy file that no field of the schema here reads; the first few with a
+    "did you mean" (only those are printed: a lookup for each of 200,000 keys took seconds)."""
+    return tuple(
+        IgnoredKey(
+            field, WHY_UNKNOWN, _close(key, known, 0.75) if index < MAX_LISTED else None, _asks(key, value)
+        )
+        for index, (field, key, value, known) in enumerate(_extras(model, ""))
+    )
+
+
+def _close(key: object, known: list[str], cutoff: float) -> str | None:
+    """The known name closest to `key` (compared as printed: its first MAX_NAME characters), if any is."""
+    close = difflib.get_close_matches(str(key)[:MAX_NAME], known, n=1, cutoff=cutoff)
+    return close[0] if close else None
 
 
 def refuse(ignored: tuple[IgnoredKey, ...], path: Path) -> None:
@@ -92,19 +104,20 @@ def known_data(model: Any) -> Any:
     return model
 
 
-def _extras(model: BaseModel, prefix: str) -> Iterator[IgnoredKey]:
+# (the printed field, the key, its value, the names known beside it)
+Extra = tuple[str, object, object, list[str]]
+WHY_UNKNOWN = "not in the recipes schema here"
+
+
+def _extras(model: BaseModel, prefix: str) -> Iterator[Extra]:
     known = list(type(model).model_fields)
     for key, value in (model.model_extra or {}).items():
-        field = f"{prefix}.{shown(key)}" if prefix else shown(key)
-        close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.75)
-        yield IgnoredKey(
-            field, "not in the recipes schema here", close[0] if close else None, _asks(key, value)
-        )
+        yield (f"{prefix}.{shown(key)}" if prefix else shown(key)), key, value, known
     for name in known:
         yield from _within(getattr(model, name), f"{prefix}.{name}" if prefix else name)
 
 
-def _within(value: Any, prefix: str) -> Iterator[IgnoredKey]:
+def _within(value: Any, prefix: str) -> Iterator[Extra]:
     if isinstance(value, BaseModel):
         yield from _extras(value, prefix)
     elif isinstance(value, dict):
@@ -143,11 +156,12 @@ def _unknown_hardware(recipe: Recipe, hardware: set[str]) -> list[IgnoredKey]:
         maps.append((f"{where}.hardware_overrides", variant.hardware_overrides, False))
         if isinstance(variant.tp, dict):
             maps.append((f"{where}.tp", variant.tp, True))
-    found = []
+    found: list[IgnoredKey] = []
+    known = sorted(hardware)
     for where, mapping, with_default in maps:
         for key in mapping:
             if key not in hardware and not (with_default and key == "default"):
-                close = difflib.get_close_matches(str(key), sorted(hardware), n=1, cutoff=0.6)
+                close = _close(key, known, 0.6) if len(found) < MAX_LISTED else None
                 why = "names no hardware profile, generation or brand"
-                found.append(IgnoredKey(f"{where}.{shown(key)}", why, close[0] if close else None))
+                found.append(IgnoredKey(f"{where}.{shown(key)}", why, close))
     return found

@@ -17,8 +17,9 @@ from factory.base.errors import FactoryError, InputError
 from factory.base.yamlfile import load_model
 from factory.recipes import bundled
 from factory.recipes.grammar import check_name, check_values, identity
-from factory.recipes.ignored import IgnoredKey, extra_keys, ignored_keys, refuse
-from factory.recipes.names import check_variants, refused_slugs
+from factory.recipes.ignored import IgnoredKey, extra_keys, ignored_keys, refuse, summary
+from factory.recipes.kv_checks import check_kv_store
+from factory.recipes.names import check_variants, refuse_folded_names, refused_slugs
 from factory.recipes.references import check_references, hardware_keys, unused
 from factory.recipes.schema import Recipe
 from factory.recipes.tree_schema import KvStore, Strategy, Taxonomy
@@ -34,6 +35,7 @@ class LoadedRecipe:
     bundled_model_dir: Path | None
     notes: tuple[str, ...] = ()  # what the recipe says that the factory does not use, and why
     ignored: tuple[IgnoredKey, ...] = ()  # keys the site does not read either (factory.recipes.ignored)
+    digest: str = ""  # sha256 of the file's bytes as they were read
 
     @property
     def model_id(self) -> str:
@@ -62,6 +64,8 @@ class RecipeTree:
     recipes: dict[str, LoadedRecipe] = field(default_factory=dict)
     problems: list[RecipeProblem] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)  # shared files' keys the site does not read, a line each
+    # Every shared file read (taxonomy, strategies, KV stores): the sha256 of its bytes as they were read
+    inputs: dict[Path, str] = field(default_factory=dict)
 
     def recipe(self, name: str) -> LoadedRecipe:
         """A recipe by its id (<org>/<name>), its model_id or a variant's model_id; case does not matter."""
@@ -111,16 +115,17 @@ Named = TypeVar("Named", Strategy, KvStore)
 
 
 def _named_file(
-    kind: type[Named], path: Path, folder: str, what: str, strict: bool, ignored: list[str]
+    kind: type[Named], path: Path, folder: str, what: str, strict: bool, read: SharedRead
 ) -> Named:
     """A strategy or KV-store file: its keys the site does not read listed (refused under --strict), its
     name its file's (the site keys them by name, the factory by file), its values checked like a recipe's
     (its display name heads compose files; its commands and configs reach the renderings as they are)."""
-    loaded = load_model(kind, path)
+    loaded = load_model(kind, path, read.inputs)
     extra = extra_keys(loaded)
     if strict:
         refuse(extra, path)
-    ignored += [f"ignored key in {folder}/{path.name}: {key.line()}" for key in extra]
+    if extra:  # one line per file, however many keys (a file with 200,000 printed 200,000 lines)
+        read.ignored.append(summary(f"{folder}/{path.name}", extra))
     if loaded.name != path.stem:
         raise InputError(
             f"the {what}'s name must match its file name",
@@ -131,11 +136,55 @@ def _named_file(
         )
     check_name(loaded.name, path, "name", f"{what} name")
     check_values(loaded.model_dump(), path)
+    if isinstance(loaded, KvStore):
+        check_kv_store(loaded, path)
     return loaded
+
+
+@dataclass
+class SharedRead:
+    """What reading the tree's shared files found besides their models: each file's digest, and one line per
+    file with keys the site does not read."""
+
+    inputs: dict[Path, str] = field(default_factory=dict)
+    ignored: list[str] = field(default_factory=list)
 
 
 def load_tree(root: Path, strict: bool = False) -> RecipeTree:
     """The tree at `root`; with `strict`, a recipe with a key the site would ignore is refused."""
+    taxonomy_path = _shared_files(root)
+    read = SharedRead()
+    taxonomy = load_model(Taxonomy, taxonomy_path, read.inputs)
+    check_values(taxonomy.model_dump(), taxonomy_path)
+    for profile in taxonomy.hardware_profiles:
+        check_name(profile, taxonomy_path, f"hardware_profiles.{profile}", "hardware profile id")
+    strategies: dict[str, Strategy] = {}
+    paths: dict[str, Path] = {}
+    for path in sorted((root / "strategies").glob("*.yaml")):
+        strategy = _named_file(Strategy, path, "strategies", "strategy", strict, read)
+        strategies[strategy.name], paths[strategy.name] = strategy, path
+    kv_stores: dict[str, KvStore] = {}
+    kv_paths: list[tuple[str, Path]] = []
+    for path in sorted((root / "kv_store").glob("*.yaml")):
+        store = _named_file(KvStore, path, "kv_store", "KV store", strict, read)
+        kv_stores[store.name] = store
+        kv_paths.append((store.name, path))
+    refuse_folded_names([*paths.items(), *kv_paths])
+    tree = RecipeTree(root, taxonomy, strategies, paths, kv_stores, ignored=read.ignored, inputs=read.inputs)
+    for path in sorted(recipe_paths(root)):  # the order a glob gave: the bake file and lock digest keep it
+        recipe_id = f"{path.parent.name}/{path.stem}"
+        try:
+            loaded = _load_recipe(path, recipe_id, tree, strict)
+        except FactoryError as exc:
+            tree.problems.append(RecipeProblem(path, recipe_id, exc))
+            continue
+        tree.recipes[recipe_id] = loaded
+    _refuse_shared_slugs(tree)
+    return tree
+
+
+def _shared_files(root: Path) -> Path:
+    """The tree's taxonomy, once every shared file is known to be a regular file inside the tree."""
     taxonomy_path = root / "taxonomy.yaml"
     if not taxonomy_path.is_file():
         raise InputError(
@@ -152,32 +201,13 @@ def load_tree(root: Path, strict: bool = False) -> RecipeTree:
             raise InputError("a symlink: the tree's files are read from inside the tree only", file=path)
         if not path.is_file():  # a FIFO would hang the read, a folder named .yaml would crash it
             raise InputError("not a regular file", file=path)
-    taxonomy = load_model(Taxonomy, taxonomy_path)
-    check_values(taxonomy.model_dump(), taxonomy_path)
-    for profile in taxonomy.hardware_profiles:
-        check_name(profile, taxonomy_path, f"hardware_profiles.{profile}", "hardware profile id")
-    strategies: dict[str, Strategy] = {}
-    strategy_paths: dict[str, Path] = {}
-    ignored: list[str] = []
-    for path in sorted((root / "strategies").glob("*.yaml")):
-        strategy = _named_file(Strategy, path, "strategies", "strategy", strict, ignored)
-        strategies[strategy.name] = strategy
-        strategy_paths[strategy.name] = path
-    kv_stores: dict[str, KvStore] = {}
-    for path in sorted((root / "kv_store").glob("*.yaml")):
-        store = _named_file(KvStore, path, "kv_store", "KV store", strict, ignored)
-        kv_stores[store.name] = store
-    tree = RecipeTree(root, taxonomy, strategies, strategy_paths, kv_stores, ignored=ignored)
-    for path in sorted(recipe_paths(root)):  # the order a glob gave: the bake file and lock digest keep it
-        recipe_id = f"{path.parent.name}/{path.stem}"
-        try:
-            loaded = _load_recipe(path, recipe_id, tree, strict)
-        except FactoryError as exc:
-            tree.problems.append(RecipeProblem(path, recipe_id, exc))
-            continue
-        tree.recipes[recipe_id] = loaded
-    _refuse_shared_slugs(tree)
-    return tree
+        size = path.stat().st_size
+        if size > MAX_RECIPE_BYTES:
+            raise InputError(
+                f"{size:,} bytes: a file of the tree may have at most {MAX_RECIPE_BYTES:,} (read whole)",
+                file=path,
+            )
+    return taxonomy_path
 
 
 def _refuse_shared_slugs(tree: RecipeTree) -> None:
@@ -242,11 +272,13 @@ MAX_RECIPE_BYTES = 4 * 2**20
 
 def _load_recipe(path: Path, recipe_id: str, tree: RecipeTree, strict: bool) -> LoadedRecipe:
     _check_file(path)
-    recipe = load_model(Recipe, path)
+    read: dict[Path, str] = {}
+    recipe = load_model(Recipe, path, read)
     check_variants(recipe, path)
     ignored = ignored_keys(recipe, hardware_keys(tree.taxonomy))
     if strict:
         refuse(ignored, path)
     check_references(recipe, path, tree.taxonomy, set(tree.strategies))
     notes = unused(recipe, tree.taxonomy) + tuple(key.line() for key in ignored)
-    return LoadedRecipe(recipe, path, recipe_id, bundled.checked_folder(path), notes, ignored)
+    folder = bundled.checked_folder(path)
+    return LoadedRecipe(recipe, path, recipe_id, folder, notes, ignored, digest=read[path])

@@ -108,3 +108,24 @@ def check_variants(recipe: Recipe, path: Path) -> None:
                     value=names[1],
                     hint="name the variants so they differ in letters or digits, not in '.', '_' or case",
                 )
+
+
+def refuse_folded_names(named: list[tuple[str, Path]]) -> None:
+    """Strategies and KV stores name deployments (their folders, compose projects and Kubernetes objects),
+    one namespace for both kinds: two whose names fold together in any of them (`single_node_tp` and
+    `single-node-tp`, `kv_store.a` and `KV_Store_A`) would share them, and starting one would replace the
+    other's containers or objects. Both files are shared input: the run stops, naming both."""
+    for how, fold in {"name": identity, **FOLDS}.items():
+        seen: dict[str, tuple[str, Path]] = {}
+        for name, path in named:
+            folded = fold(name)
+            if folded in seen:
+                first, where = seen[folded]
+                raise InputError(
+                    f"{first!r} ({where}) and {name!r} share the {how} {folded!r}",
+                    file=path,
+                    field="name",
+                    value=name,
+                    hint="rename one of the two files (and its `name`) so they differ in letters or digits",
+                )
+            seen[folded] = (name, path)

@@ -11,11 +11,12 @@ Strategies, KV stores and the taxonomy are in factory.recipes.tree_schema.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from factory.base.models import Count, Port
+from factory.base.site_text import site_text
 
 
 class Section(BaseModel):
@@ -24,9 +25,32 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True, coerce_numbers_to_str=True)
 
 
-# An environment value as YAML writes it: a string, or a number the shell sees as its text.
+def _env_value(value: Any) -> Any:
+    """An environment value the site prints: YAML's null as "null" (String(null)); a list or a mapping is
+    refused, naming what it is (the site prints one as "" or "[object Object]")."""
+    if value is None:
+        return "null"
+    if isinstance(value, list | dict):
+        raise ValueError(
+            f"an environment value is text, a number or true or false, not a {type(value).__name__}"
+        )
+    return value
+
+
+# An environment value as YAML writes it: a string, or a number the shell sees as its text (printed as the
+# site prints it: factory.base.site_text).
 EnvValue = str | int | float | bool
-Env = dict[str, EnvValue]
+Env = dict[str, Annotated[EnvValue, BeforeValidator(_env_value)]]
+
+
+def _as_site_prints(value: Any) -> Any:
+    """A number or a boolean in a flag list is the text the site prints for it (JavaScript's String(): `1e6`
+    is `1000000`, where pydantic's own coercion to text wrote `1000000.0`, which vLLM's int() refuses)."""
+    return site_text(value) if isinstance(value, bool | int | float) else value
+
+
+# A flag list's entry: text, numbers and booleans as the site prints them.
+Flags = list[Annotated[str, BeforeValidator(_as_site_prints)]]
 # A value given once, or per hardware: keyed by exact GPU id, generation, brand (lower case) or `default`.
 HardwareKeyedInt = Count | dict[str, Count]
 
@@ -34,7 +58,7 @@ HardwareKeyedInt = Count | dict[str, Count]
 class ArgsAndEnv(Section):
     """An override block: flags appended to the serve command and environment variables to set."""
 
-    extra_args: list[str] = []
+    extra_args: Flags = []
     extra_env: Env = {}
 
 
@@ -60,7 +84,7 @@ class Variant(Section):
     description: str = ""
     label: str | None = None
     model_id: str | None = None
-    extra_args: list[str] = []
+    extra_args: Flags = []
     extra_env: Env = {}
     tp: HardwareKeyedInt | None = None
     default_modes: dict[str, str] = {}
@@ -88,7 +112,7 @@ class Dependency(Section):
 class FeatureArgs(Section):
     """A per-generation replacement of a feature's (or mode's) args; without `args` it replaces nothing."""
 
-    args: list[str] | None = None
+    args: Flags | None = None
 
 
 class Companion(Section):
@@ -104,7 +128,7 @@ class FeatureMode(Section):
 
     label: str | None = None
     description: str = ""
-    args: list[str] = []
+    args: Flags = []
     variants: list[str] = []
     hardware_overrides: dict[str, FeatureArgs] = {}
     hardware: dict[str, Literal["unsupported", "supported", "verified"]] = {}
@@ -113,7 +137,7 @@ class FeatureMode(Section):
 class Feature(Section):
     description: str = ""
     label: str | None = None
-    args: list[str] | None = None
+    args: Flags | None = None
     hardware_overrides: dict[str, FeatureArgs] = {}
     modes: dict[str, FeatureMode] | None = None
     default_mode: str | None = None
@@ -151,7 +175,7 @@ class ModelSection(Section):
     context_length: int | None = None
     supports_dcp: bool = False
     nightly_required: bool = False
-    base_args: list[str] = []
+    base_args: Flags = []
     base_env: Env = {}
     docker_image: DockerImage | None = None
     docker_source: DockerSource | None = None
@@ -190,8 +214,8 @@ class PdRoleOverride(Section):
     parallelism: Literal["tp", "tep", "dep"] | None = None
     tp: Count | None = None
     parallel_flag: str | None = None
-    vllm_args: list[str] = []
-    extra_args: list[str] = []
+    vllm_args: Flags = []
+    extra_args: Flags = []
     env: Env = {}
     hardware_overrides: dict[str, ArgsAndEnv] = {}
 
@@ -204,8 +228,8 @@ class StrategyOverride(Section):
     """A recipe's tweaks for one strategy: its TP, flags, environment and hardware overrides."""
 
     tp: HardwareKeyedInt | None = None
-    extra_args: list[str] = []
-    vllm_args: list[str] = []
+    extra_args: Flags = []
+    vllm_args: Flags = []
     env: Env = {}
     extra_env: Env = {}
     hardware_overrides: dict[str, ArgsAndEnv] = {}
@@ -220,7 +244,7 @@ class OmniTaskOverride(Section):
     endpoint: str | None = None
     model_id: str | None = None
     description: str | None = None
-    extra_args: list[str] = []
+    extra_args: Flags = []
     curl: str | None = None
     vram_minimum_gb: float | None = None
 
@@ -232,7 +256,7 @@ class OmniTask(Section):
     model_id: str | None = None
     vram_minimum_gb: float | None = None
     description: str = ""
-    extra_args: list[str] = []
+    extra_args: Flags = []
     curl: str | None = None
     endpoint: str | None = None
     axes: dict[str, Any] = {}

@@ -3,12 +3,12 @@ the site does not read is kept aside and listed (factory.recipes.ignored), never
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from factory.base.models import Count, Open, Port
-from factory.recipes.schema import Companion, Env, Section
+from factory.recipes.schema import Companion, Env, Flags, Section
 
 
 class HardwareMatch(Open):
@@ -21,7 +21,7 @@ class HardwareMatch(Open):
 class PdRole(Section):
     """pd_cluster: what one pool (prefill or decode) adds to its `vllm serve`."""
 
-    vllm_args: list[str] = []
+    vllm_args: Flags = []
     env: Env = {}
     parallelism: Literal["tp", "tep", "dep"] | None = None
     tp: Count | None = None
@@ -39,7 +39,7 @@ class Strategy(Section):
     orientation: str | None = None
     description: str = ""
     hardware_match: HardwareMatch = HardwareMatch()
-    vllm_args: list[str] = []
+    vllm_args: Flags = []
     parallel_flag: str = "--tensor-parallel-size"
     parallelism: str | None = None
     env: Env = {}
@@ -47,6 +47,11 @@ class Strategy(Section):
     decode: PdRole | None = None
     router: Router | None = None
 
+
+# How many vLLM instances may share a KV store, as a store's default or `--instances`: each is a workload of
+# the deployment (the site's page offers up to 8; upstream's stores default to 2).
+MAX_INSTANCES = 64
+Instances = Annotated[int, Field(strict=True, ge=1, le=MAX_INSTANCES)]
 
 # A Mooncake config value as the kv_store file writes it (JSON types: the site prints the map as JSON).
 ConfigValue = bool | int | float | str
@@ -62,14 +67,14 @@ class KvVllm(Section):
     """What every vLLM instance of a KV-store deployment adds: the connector flags, the environment, the
     Mooncake install line (one string, or per vendor: `nvidia`, `amd`)."""
 
-    vllm_args: list[str] = []
+    vllm_args: Flags = []
     env: Env = {}
     install: str | dict[str, str] | None = None
     port: Port = 8000
 
 
 class KvPdRole(Section):
-    args: list[str] = []
+    args: Flags = []
 
 
 class KvPd(Section):
@@ -116,7 +121,7 @@ class KvStore(Section):
     mooncake_store_config: MooncakeStore | None = None
     mooncake_vllm_config: MooncakeVllmConfig = MooncakeVllmConfig()
     min_vllm_version: str | None = None
-    default_instances: Count | None = None
+    default_instances: Instances | None = None
 
 
 class HardwareProfile(Open):
@@ -153,7 +158,7 @@ class KvOffloadOption(Section):
     requires_opt_in: bool = False  # offered only where a recipe's kv_offload_support says `verified`
     brands: list[str] = []  # empty: every brand
     strategies: list[str] = []  # empty: every strategy but pd_cluster and the KV stores
-    args: list[str] = []
+    args: Flags = []
     env: Env = {}
     install: str | None = None
     docs_url: str | None = None

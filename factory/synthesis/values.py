@@ -12,12 +12,9 @@ The pool node setting's spelling (`<POOL>_NODE_<n>`) has its one home here.
 
 from __future__ import annotations
 
-import re
-
 from pydantic import BaseModel, ConfigDict
 
-# A pool node's address setting: PREFILL_NODE_1, DECODE_NODE_2, ... (numbered from 1, as the site does).
-POOL_NODE = re.compile(r"^(?P<pool>PREFILL|DECODE)_NODE_(?P<number>\d+)$")
+from factory.base.placeholders import POOL_NODE
 
 
 def pool_node_setting(pool: str, number: int) -> str:

@@ -25,8 +25,8 @@ from factory.render.kubernetes.names import (
     SERVER_COMPONENT,
     require_deployable,
     unit,
-    unit_names,
     unit_services,
+    units_of,
 )
 from factory.render.kubernetes.pods import Answer, pod_template
 from factory.render.kubernetes.shapes import group_of, one_pod, service
@@ -67,8 +67,9 @@ def kv_objects(deployment: Deployment, name: str, labels: dict[str, str], where:
     found = [*([settings] if settings else []), configs(deployment, name, labels)]
     services = unit_services(deployment)
     waits = answers(deployment)
-    for part, workload in unit_names(deployment).items():
-        groups = [group for group in deployment.run if unit(group) == part]
+    units = units_of(deployment)
+    for part, workload in units.names.items():
+        groups = units.groups[part]
         head = groups[0]
         program = head.spec.program
         # vLLM's pods carry the server component (the model cache claim patches them), the others their own

@@ -9,10 +9,10 @@ from typing import Any
 
 from factory.base.errors import InputError
 from factory.plan.deployment import Deployment
-from factory.plan.kv import MASTER, STORE, instance_pool
+from factory.plan.kv import MASTER, STORE, instance_number, instance_pool
 from factory.plan.runspec import FromIndex, ProcessGroup, RunSpec, Value
 from factory.plan.settings import PLACEHOLDER, known_setting
-from factory.render.kubernetes.names import ROUTER, object_name, unit, unit_services
+from factory.render.kubernetes.names import ROUTER, object_name, unit, units_of
 from factory.synthesis.kv_store import instance_setting
 from factory.synthesis.values import pool_node_setting, read_pool_node
 
@@ -134,18 +134,19 @@ def _kv_table(deployment: Deployment, group: ProcessGroup, own: tuple[int, ...])
     meeting its head at the LWS leader; for the router, each instance by its Service's name, and it listens
     on its pod's address at the port its Service targets."""
     values = dict(SETTING_VALUES)
-    services = unit_services(deployment)
-    part = unit(group)
+    units = units_of(deployment)  # computed once per deployment: this runs for each of its groups
+    services, part = units.services, unit(group)
     values["MOONCAKE_MASTER_IP"] = PodValue(services[MASTER])
     values |= {name: PodValue(f"$({name})", config=True) for name in KV_CONFIG_SETTINGS}
     if part == STORE:
         values["MOONCAKE_STORE_IP"] = POD_ADDRESS
-    for number in range(1, len(pool_sizes(deployment)) + 1):
-        pool, key = instance_pool(number), instance_setting(number)
-        if group.pool == pool:
-            values[key] = POD_ADDRESS if own == (0,) else SETTING_VALUES["HEAD_IP"]
-        elif part == ROUTER:
-            values[key] = PodValue(services[pool])
+    if part == ROUTER:  # the router calls every instance
+        count = sum(1 for groups in units.groups.values() if groups[0].pool)
+        for number in range(1, count + 1):
+            values[instance_setting(number)] = PodValue(services[instance_pool(number)])
+    elif group.pool:  # an instance's own address, or its head's
+        number = instance_number(group.pool)
+        values[instance_setting(number)] = POD_ADDRESS if own == (0,) else SETTING_VALUES["HEAD_IP"]
     if part == ROUTER:
         values["ROUTER_HOST"] = POD_ADDRESS
         values["ROUTER_PORT"] = PodValue(str(group.spec.port))  # the port its Service targets
