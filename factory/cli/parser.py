@@ -145,6 +145,9 @@ def _add_generate_and_lock(sub: Any) -> None:
     args_check = sub.add_parser(
         "check-args", help="parse every serve command of every image with the vLLM release it runs"
     )
+    args_check.add_argument(
+        "models", nargs="*", help="only these recipes (recipe ids or model ids; default: every recipe)"
+    )
     args_check.set_defaults(func=cmd_check_args)
 
 
@@ -251,6 +254,12 @@ def _add_publishing(sub: Any) -> None:
         action="store_true",
         help="publish although no passing validation is recorded (loud)",
     )
+    publish.add_argument(
+        "--allow-no-gpu",
+        action="store_true",
+        help="accept a validation whose static checks passed but whose GPU probes could not run here (a GPU"
+        " image on a machine without its GPU: a Grace image on an amd64 host)",
+    )
     publish.set_defaults(func=cmd_publish)
 
     platforms = sub.add_parser(
@@ -271,6 +280,7 @@ def _add_publishing(sub: Any) -> None:
         "testbench-settings", help="write .factory.local.toml for this machine (testbench/up)"
     )
     bench.add_argument("--base-image", required=True)
+    bench.add_argument("--arm64-base-image", help="the base of linux/arm64 targets (testbench/up-tests)")
     bench.add_argument("--output", type=Path, required=True)
     bench.set_defaults(func=cmd_testbench_settings)
 

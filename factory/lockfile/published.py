@@ -29,12 +29,24 @@ TAG = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$"
 REFERENCE = re.compile(r"^[a-z0-9]+([._-]+[a-z0-9]+)*(/[a-z0-9]+([._-]+[a-z0-9]+)*)*:" + TAG[1:])
 
 
+DIGEST = r"^sha256:[0-9a-f]{64}$"
+
+
 class PublishedImage(Strict):
-    """One image as published: where it was pushed and the digest the registry served for it."""
+    """One image as published: where it was pushed and the digest the registry served for it; and, once
+    `factory publish-platforms` joined it with its twins of other platforms, the list's tag and digest."""
 
     repository: str = Field(pattern=REPOSITORY)  # registry/namespace/repository, without a tag
-    digest: str = Field(pattern=r"^sha256:[0-9a-f]{64}$")
+    digest: str = Field(pattern=DIGEST)
     immutable_tag: str = Field(pattern=TAG)  # the tag that names the inputs the image was built from
+    platforms_tag: str | None = Field(None, pattern=TAG)  # the multi-platform tag (vllm0.20.2-sm_100-default)
+    platforms_digest: str | None = Field(None, pattern=DIGEST)  # that list's digest
+
+    @property
+    def run_digest(self) -> str:
+        """What a deployment runs it by: the multi-platform list where it joined one (each engine pulls its
+        own platform's member), else its own digest."""
+        return self.platforms_digest or self.digest
 
 
 class PublishRecord(Strict):
@@ -45,6 +57,12 @@ class PublishRecord(Strict):
         """The published image for `reference`, if it was published from the same inputs."""
         found = self.images.get(reference)
         return found if found is not None and found.immutable_tag == immutable_tag else None
+
+    def run_reference(self, reference: str, immutable_tag: str) -> str | None:
+        """`registry/repository:tag@digest` to run the image by, once published from the same inputs."""
+        found = self.pinned(reference, immutable_tag)
+        tag = reference.rpartition(":")[2]
+        return None if found is None else f"{found.repository}:{tag}@{found.run_digest}"
 
 
 def record_file(lock_path: Path) -> Path:
@@ -74,4 +92,4 @@ def record_published(path: Path, reference: str, published: PublishedImage) -> N
     record = read_record(path)
     images = dict(record.images) | {reference: published}
     body = PublishRecord(images=dict(sorted(images.items())))
-    write_text_atomic(path, json.dumps(body.model_dump(), indent=1) + "\n")
+    write_text_atomic(path, json.dumps(body.model_dump(exclude_none=True), indent=1) + "\n")

@@ -65,8 +65,10 @@ def publish_image(
     attempts: int = 4,
     backoff_s: float = 1.0,
     report: Reporter = silent,
+    allow_no_gpu: bool = False,
 ) -> list[Published]:
-    """Push the image's tags (only when a passing validation with live probes is recorded for its ID)."""
+    """Push the image's tags (only when a passing validation with live probes is recorded for its ID, or,
+    with `allow_no_gpu`, one whose static checks passed where no GPU could run the probes)."""
     client = connect()
     try:
         local = client.images.get(image.reference)
@@ -75,7 +77,7 @@ def publish_image(
             f"{image.reference} is not built on this engine; build and validate it first"
         ) from None
     record = validation_record(records, str(local.id))
-    validated = bool(record and record.get("fully_validated") and record.get("image_id") == local.id)
+    validated = _validated(record, str(local.id), allow_no_gpu)
     if not validated and not force_unvalidated:
         why = (
             "no validation record"
@@ -89,6 +91,8 @@ def publish_image(
         )
     if not validated:
         report(f"WARNING: publishing {image.reference} WITHOUT a passing validation (--force-unvalidated)")
+    elif record is not None and not record.get("fully_validated"):
+        report(f"note: {image.reference} is checked statically; its GPU probes were not run (--allow-no-gpu)")
     credentials = credentials_for(split_registry(registry)[0])
     target = f"{registry}/{image.repository}"
     published = []
@@ -104,6 +108,14 @@ def publish_image(
             Published(f"{target}:{tag}", pushed.digest, str(local.id), pushed.attempts, validated)
         )
     return published
+
+
+def _validated(record: dict[str, object] | None, image_id: str, allow_no_gpu: bool) -> bool:
+    """Whether the record is a passing validation of this very image: with its live probes, or (allowed) of
+    an image whose GPU probes could not run here."""
+    if record is None or record.get("image_id") != image_id:
+        return False
+    return bool(record.get("fully_validated") or (allow_no_gpu and record.get("passed")))
 
 
 def write_publish_report(results: list[Published], path: Path) -> None:
