@@ -35,10 +35,13 @@ class Binaries:
     libraries: dict[str, list[list[str]] | None]  # per library its containers' code names; None: absent
 
 
-def read_binaries(client: docker.DockerClient, image: ImagePlan) -> Binaries:
+def read_binaries(client: docker.DockerClient, image: ImagePlan, scan: bool = True) -> Binaries:
+    """What the image holds: every ELF file of its venv by machine (`scan`), and the GPU code of the checked
+    libraries (a CUDA image's)."""
     machine = PLATFORM_MACHINES[image.platform]
     cuda = image.install is not None and image.install.cuda is not None
-    asked = {"venv": image_paths.VENV, "machine": machine, "libraries": list(GPU_LIBRARIES) if cuda else []}
+    libraries = list(GPU_LIBRARIES) if cuda else []
+    asked = {"venv": image_paths.VENV, "machine": machine, "libraries": libraries, "scan": scan}
     package = resources.files("factory.validate")
     files = {name: package.joinpath(name).read_bytes() for name in SHIPPED}
     command = ["python3", f"{image_paths.CHECKS}/check_binaries.py"]

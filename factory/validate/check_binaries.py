@@ -1,8 +1,9 @@
 """Runs INSIDE an image (factory validate copies it in, with elf.py and fatbin.py beside it): the machine of
 every ELF file in the venv, and the GPU code each named library embeds. FACTORY_BINARIES holds {"venv": the
 venv's folder, "machine": the one expected (aarch64), "libraries": paths relative to the venv's
-site-packages}; prints one line, FACTORY-RESULT and JSON: {"elf": {"files", "machines", "foreign"},
-"libraries": {path: [[code names of one container], ...], [] for no GPU code, null for no such file}}."""
+site-packages, "scan": false to read the libraries alone}; prints one line, FACTORY-RESULT and JSON:
+{"elf": {"files", "machines", "foreign"}, "libraries": {path: [[code names of one container], ...], [] for
+no GPU code, null for no such file}}."""
 
 import json
 import os
@@ -19,7 +20,7 @@ else:  # inside the image the factory is not installed: elf.py and fatbin.py are
 
 asked = json.loads(os.environ["FACTORY_BINARIES"])
 venv = Path(asked["venv"])
-found = elf.tally(venv, asked["machine"])
+found = elf.tally(venv, asked["machine"]) if asked.get("scan", True) else elf.Tally()
 site = next(venv.glob("lib/python3*/site-packages"))
 libraries: dict[str, list[list[str]] | None] = {}
 for relative in asked["libraries"]:

