@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -160,3 +161,24 @@ def test_grace_compose_files_name_their_platform_and_compose_reads_it() -> None:
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["services"]["vllm"]["platform"] == platform
+
+
+def test_factory_list_says_which_grace_images_build_and_why_the_others_do_not() -> None:
+    """docs/issue-44.md's `factory list | grep -- '-gb200-'`: MiniMax (vLLM 0.20.2) has a Dockerfile; Kimi
+    (vLLM 0.11.2, torch 2.9.0) names the cause, the index its CUDA torch comes from, and the first release."""
+    listed = subprocess.run(
+        [sys.executable, "-m", "factory", "--root", str(ROOT), "list"],
+        capture_output=True, text=True, check=True, timeout=300,
+    )  # fmt: skip
+    grace = {
+        line.split("\t")[0]: line.split("\t")[2] for line in listed.stdout.splitlines() if "-gb200-" in line
+    }
+    assert (
+        grace["vllm-factory/minimax-m2.5:vllm0.20.2-gb200-default"]
+        == "images/minimax-m2.5/vllm0.20.2-gb200-default"
+    )
+    kimi = grace["vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-gb200-default"]
+    assert kimi.startswith("not built (no CUDA torch): ") and "pytorch-cu129" in kimi
+    assert kimi.endswith(
+        "vLLM 0.20.0 is the first release whose linux/arm64 CUDA set the package index serves alone"
+    )
