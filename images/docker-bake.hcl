@@ -67,28 +67,28 @@ target "minimax-m2-5-vllm0-20-2-b200-default" {
   context    = "images/minimax-m2.5/vllm0.20.2-b200-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-b200-default", "${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-b200-default-67745a01b8e5"]
+  tags       = ["${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-b200-default", "${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-b200-default-30850d366c81"]
 }
 
 target "minimax-m2-5-vllm0-20-2-gb200-default" {
   context    = "images/minimax-m2.5/vllm0.20.2-gb200-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/arm64"]
-  tags       = ["${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-gb200-default", "${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-gb200-default-23ff8375945b"]
+  tags       = ["${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-gb200-default", "${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-gb200-default-5317d72944d6"]
 }
 
 target "minimax-m2-5-vllm0-20-2-b200-nvfp4" {
   context    = "images/minimax-m2.5/vllm0.20.2-b200-nvfp4"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-b200-nvfp4", "${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-b200-nvfp4-8f0f9fc9ce24"]
+  tags       = ["${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-b200-nvfp4", "${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-b200-nvfp4-9ea9d9af8c6c"]
 }
 
 target "minimax-m2-5-vllm0-20-2-gb200-nvfp4" {
   context    = "images/minimax-m2.5/vllm0.20.2-gb200-nvfp4"
   dockerfile = "Dockerfile"
   platforms  = ["linux/arm64"]
-  tags       = ["${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-gb200-nvfp4", "${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-gb200-nvfp4-64f15f32a732"]
+  tags       = ["${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-gb200-nvfp4", "${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-gb200-nvfp4-ef7334ef7c12"]
 }
 
 target "tiny-random-embedding-vllm0-32-0-cpu-default" {

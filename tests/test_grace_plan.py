@@ -75,7 +75,7 @@ def test_grace_images_of_one_release_share_one_set_and_every_layer(tmp_path: Pat
     shutil.copytree(ROOT / "catalog", tmp_path / "catalog")
     path = tmp_path / "catalog" / "hardware.yaml"
     data = yaml.safe_load(path.read_text())
-    data["only_hardware"][MINIMAX] = ["gb200", "gb300", "dgx_station_gb300"]
+    data["only_hardware"]["factory/minimax-m2.5-grace"] = ["gb200", "gb300", "dgx_station_gb300"]
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     plans = plan_recipe(load_project(tmp_path), load_project(tmp_path).tree.recipe(MINIMAX)).images
     grace = {b.image.hardware: b for b in plans if b.image.variant == "default" and not b.kv_store}
