@@ -9,6 +9,8 @@
             (needs cosign: FACTORY_COSIGN or PATH; the loopback registry, FACTORY_BENCH_REGISTRY)
   cuda      (--cuda or --only cuda) the H200 image: uv against pip cold, layers shared with H100 and with a
             vLLM bump, sizes in a registry (two 11 GB images, many minutes)
+  grace     (--only grace) the Grace recipe's GB200 image (linux/arm64, under QEMU) beside its B200 twin,
+            both cold: time and size (8 and 11 GB images, many minutes)
 
 Every comparison is of two measurements taken back to back in one run, because these machines are noisy. The
 bench builds under its own image names (a scratch copy of the project), so it never moves a real tag, and
@@ -34,6 +36,7 @@ import docker
 from corpus import generate_figures, lock_figures
 from docker.errors import ImageNotFound
 from figures import Figure, blueprint, scratch_project, table
+from grace import grace_figures
 from hostile import alias_bomb_figures
 from hostile_classes import hostile_class_figures
 from registry import registry_answering
@@ -48,7 +51,8 @@ from factory.project import load_project
 from images import cpu_figures, cuda_figures
 
 HISTORY = Path(__file__).with_name("history.jsonl")
-GROUPS = ("hostile", "corpus", "cpu", "startup", "trust", "cuda")
+GROUPS = ("hostile", "corpus", "cpu", "startup", "trust", "cuda", "grace")
+HEAVY = ("cuda", "grace")  # only when asked: --cuda, or --only
 
 
 def corpus(root: Path) -> list[Figure]:
@@ -99,7 +103,9 @@ def main() -> int:
     parser.add_argument("--only", choices=GROUPS, help="one group of figures")
     parser.add_argument("--no-history", action="store_true", help="do not add this run to history.jsonl")
     args = parser.parse_args()
-    groups = [args.only] if args.only else [g for g in GROUPS if g != "cuda" or args.cuda]
+    groups = (
+        [args.only] if args.only else [g for g in GROUPS if g not in HEAVY or (g == "cuda" and args.cuda)]
+    )
     root = Path.cwd()
     client, settings = connect(), load_settings(root)
     figures: list[Figure] = []
@@ -122,6 +128,8 @@ def main() -> int:
         if "cuda" in groups:
             registry = registry_answering(os.environ.get("FACTORY_BENCH_REGISTRY", "127.0.0.1:5000"))
             cuda_figures(root, client, settings, registry, figures, listing)
+        if "grace" in groups:
+            grace_figures(root, client, settings, figures, listing)
     finally:
         untag_bench_images(client)
         print(table(figures))  # what was measured, also when a later part failed

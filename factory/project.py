@@ -8,13 +8,14 @@ repository, and `--out DIR` writes its images and compose files elsewhere.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from factory.base.errors import InputError
 from factory.catalog.loader import load_catalog
 from factory.catalog.schema import Catalog
 from factory.lockfile.model import Lock
+from factory.lockfile.published import PublishRecord, read_record, record_file
 from factory.lockfile.store import LOCK_NAME, read_lock
 from factory.recipes.loader import RecipeTree, load_tree
 
@@ -27,6 +28,8 @@ class Project:
     out: Path  # where images/ and compose/ are generated
     lock_path: Path  # the vLLM lock: beside the project's recipes, else in the output folder
     lock: Lock | None  # None until `factory lock` has written one
+    # What `factory publish` (and publish-platforms) pushed: compose files run a published image by digest.
+    published: PublishRecord = field(default_factory=PublishRecord)
 
     @property
     def catalog_path(self) -> Path:
@@ -84,4 +87,5 @@ def load_project(
     own_tree = tree.root.resolve() == (root / "recipes").resolve()
     lock_path = lock or ((root / "recipes" if own_tree else out) / "lock" / LOCK_NAME)
     catalog = load_catalog(root / "catalog" / "hardware.yaml")
-    return Project(root, tree, catalog, out, lock_path, read_lock(lock_path))
+    published = read_record(record_file(lock_path))
+    return Project(root, tree, catalog, out, lock_path, read_lock(lock_path), published)

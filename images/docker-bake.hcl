@@ -8,15 +8,19 @@ variable "REGISTRY" {
 }
 
 group "default" {
-  targets = ["tiny-random-embedding-vllm0-32-0-cpu-default", "tiny-random-embedding-vllm0-32-0-cpu-default-mooncake", "tiny-random-llama-vllm0-32-0-cpu-default", "tiny-random-llama-vllm0-32-0-cpu-default-mooncake", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b300-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi300x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi325x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi355x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi350x-default", "stable-diffusion-3-5-vllm0-12-0-h100-default", "stable-diffusion-3-5-vllm0-12-0-h200-default", "stable-diffusion-3-5-vllm0-12-0-b200-default", "stable-diffusion-3-5-vllm0-12-0-b300-default", "stable-diffusion-3-5-vllm0-12-0-h100-large", "stable-diffusion-3-5-vllm0-12-0-h200-large", "stable-diffusion-3-5-vllm0-12-0-b200-large", "stable-diffusion-3-5-vllm0-12-0-b300-large", "stable-diffusion-3-5-vllm0-12-0-h100-large_turbo", "stable-diffusion-3-5-vllm0-12-0-h200-large_turbo", "stable-diffusion-3-5-vllm0-12-0-b200-large_turbo", "stable-diffusion-3-5-vllm0-12-0-b300-large_turbo", "vllm-router-0-1-17"]
+  targets = ["minimax-m2-5-vllm0-20-2-b200-default", "minimax-m2-5-vllm0-20-2-gb200-default", "minimax-m2-5-vllm0-20-2-b200-nvfp4", "minimax-m2-5-vllm0-20-2-gb200-nvfp4", "tiny-random-embedding-vllm0-32-0-cpu-default", "tiny-random-embedding-vllm0-32-0-cpu-default-mooncake", "tiny-random-llama-vllm0-32-0-cpu-default", "tiny-random-llama-vllm0-32-0-cpu-default-mooncake", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b300-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi300x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi325x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi355x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi350x-default", "stable-diffusion-3-5-vllm0-12-0-h100-default", "stable-diffusion-3-5-vllm0-12-0-h200-default", "stable-diffusion-3-5-vllm0-12-0-b200-default", "stable-diffusion-3-5-vllm0-12-0-b300-default", "stable-diffusion-3-5-vllm0-12-0-h100-large", "stable-diffusion-3-5-vllm0-12-0-h200-large", "stable-diffusion-3-5-vllm0-12-0-b200-large", "stable-diffusion-3-5-vllm0-12-0-b300-large", "stable-diffusion-3-5-vllm0-12-0-h100-large_turbo", "stable-diffusion-3-5-vllm0-12-0-h200-large_turbo", "stable-diffusion-3-5-vllm0-12-0-b200-large_turbo", "stable-diffusion-3-5-vllm0-12-0-b300-large_turbo", "vllm-router-0-1-17"]
 }
 
 group "amd64" {
-  targets = ["tiny-random-embedding-vllm0-32-0-cpu-default", "tiny-random-embedding-vllm0-32-0-cpu-default-mooncake", "tiny-random-llama-vllm0-32-0-cpu-default", "tiny-random-llama-vllm0-32-0-cpu-default-mooncake", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b300-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi300x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi325x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi355x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi350x-default", "stable-diffusion-3-5-vllm0-12-0-h100-default", "stable-diffusion-3-5-vllm0-12-0-h200-default", "stable-diffusion-3-5-vllm0-12-0-b200-default", "stable-diffusion-3-5-vllm0-12-0-b300-default", "stable-diffusion-3-5-vllm0-12-0-h100-large", "stable-diffusion-3-5-vllm0-12-0-h200-large", "stable-diffusion-3-5-vllm0-12-0-b200-large", "stable-diffusion-3-5-vllm0-12-0-b300-large", "stable-diffusion-3-5-vllm0-12-0-h100-large_turbo", "stable-diffusion-3-5-vllm0-12-0-h200-large_turbo", "stable-diffusion-3-5-vllm0-12-0-b200-large_turbo", "stable-diffusion-3-5-vllm0-12-0-b300-large_turbo", "vllm-router-0-1-17"]
+  targets = ["minimax-m2-5-vllm0-20-2-b200-default", "minimax-m2-5-vllm0-20-2-b200-nvfp4", "tiny-random-embedding-vllm0-32-0-cpu-default", "tiny-random-embedding-vllm0-32-0-cpu-default-mooncake", "tiny-random-llama-vllm0-32-0-cpu-default", "tiny-random-llama-vllm0-32-0-cpu-default-mooncake", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-h200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b300-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi300x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi325x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi355x-default", "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi350x-default", "stable-diffusion-3-5-vllm0-12-0-h100-default", "stable-diffusion-3-5-vllm0-12-0-h200-default", "stable-diffusion-3-5-vllm0-12-0-b200-default", "stable-diffusion-3-5-vllm0-12-0-b300-default", "stable-diffusion-3-5-vllm0-12-0-h100-large", "stable-diffusion-3-5-vllm0-12-0-h200-large", "stable-diffusion-3-5-vllm0-12-0-b200-large", "stable-diffusion-3-5-vllm0-12-0-b300-large", "stable-diffusion-3-5-vllm0-12-0-h100-large_turbo", "stable-diffusion-3-5-vllm0-12-0-h200-large_turbo", "stable-diffusion-3-5-vllm0-12-0-b200-large_turbo", "stable-diffusion-3-5-vllm0-12-0-b300-large_turbo", "vllm-router-0-1-17"]
+}
+
+group "arm64" {
+  targets = ["minimax-m2-5-vllm0-20-2-gb200-default", "minimax-m2-5-vllm0-20-2-gb200-nvfp4"]
 }
 
 group "b200" {
-  targets = ["kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default", "stable-diffusion-3-5-vllm0-12-0-b200-default", "stable-diffusion-3-5-vllm0-12-0-b200-large", "stable-diffusion-3-5-vllm0-12-0-b200-large_turbo"]
+  targets = ["minimax-m2-5-vllm0-20-2-b200-default", "minimax-m2-5-vllm0-20-2-b200-nvfp4", "kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default", "stable-diffusion-3-5-vllm0-12-0-b200-default", "stable-diffusion-3-5-vllm0-12-0-b200-large", "stable-diffusion-3-5-vllm0-12-0-b200-large_turbo"]
 }
 
 group "b300" {
@@ -25,6 +29,10 @@ group "b300" {
 
 group "cpu" {
   targets = ["tiny-random-embedding-vllm0-32-0-cpu-default", "tiny-random-embedding-vllm0-32-0-cpu-default-mooncake", "tiny-random-llama-vllm0-32-0-cpu-default", "tiny-random-llama-vllm0-32-0-cpu-default-mooncake"]
+}
+
+group "gb200" {
+  targets = ["minimax-m2-5-vllm0-20-2-gb200-default", "minimax-m2-5-vllm0-20-2-gb200-nvfp4"]
 }
 
 group "h100" {
@@ -53,6 +61,34 @@ group "mi355x" {
 
 group "router" {
   targets = ["vllm-router-0-1-17"]
+}
+
+target "minimax-m2-5-vllm0-20-2-b200-default" {
+  context    = "images/minimax-m2.5/vllm0.20.2-b200-default"
+  dockerfile = "Dockerfile"
+  platforms  = ["linux/amd64"]
+  tags       = ["${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-b200-default", "${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-b200-default-30850d366c81"]
+}
+
+target "minimax-m2-5-vllm0-20-2-gb200-default" {
+  context    = "images/minimax-m2.5/vllm0.20.2-gb200-default"
+  dockerfile = "Dockerfile"
+  platforms  = ["linux/arm64"]
+  tags       = ["${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-gb200-default", "${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-gb200-default-5317d72944d6"]
+}
+
+target "minimax-m2-5-vllm0-20-2-b200-nvfp4" {
+  context    = "images/minimax-m2.5/vllm0.20.2-b200-nvfp4"
+  dockerfile = "Dockerfile"
+  platforms  = ["linux/amd64"]
+  tags       = ["${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-b200-nvfp4", "${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-b200-nvfp4-9ea9d9af8c6c"]
+}
+
+target "minimax-m2-5-vllm0-20-2-gb200-nvfp4" {
+  context    = "images/minimax-m2.5/vllm0.20.2-gb200-nvfp4"
+  dockerfile = "Dockerfile"
+  platforms  = ["linux/arm64"]
+  tags       = ["${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-gb200-nvfp4", "${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-gb200-nvfp4-ef7334ef7c12"]
 }
 
 target "tiny-random-embedding-vllm0-32-0-cpu-default" {

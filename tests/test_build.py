@@ -304,13 +304,26 @@ def test_no_engine_is_a_clear_error_before_any_work(tmp_path: Path) -> None:
     assert not report.exists()
 
 
-def test_cross_platform_build_is_refused_without_buildx(project: Project) -> None:
+def test_a_cross_platform_build_needs_qemu_and_says_how_to_register_it(
+    project: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An arm64 (Grace) image on this amd64 engine builds through Compose's `platforms:` with QEMU registered
+    in binfmt_misc (testbench/up-tests registers it: tests/test_grace.py builds one); without it the build is
+    refused before any work, saying what to run."""
     from factory.builder.backends import has_buildx
     from factory.builder.builder import choose_backend
+    from factory.engine import emulation
 
     gb200 = blueprint_of(project, KIMI, "gb200").image
-    if has_buildx():
-        assert choose_backend("auto", gb200, "linux/amd64", "default") == "bake"
-    else:
-        with pytest.raises(DockerError, match="linux/arm64"):
-            choose_backend("auto", gb200, "linux/amd64", "default")
+    expected = "bake" if has_buildx() else "compose"
+    if emulation.missing("linux/arm64") is None:
+        assert choose_backend("auto", gb200, "linux/amd64", "default") == expected
+    monkeypatch.setattr(emulation, "BINFMT", tmp_path)  # a host where nothing is registered
+    with pytest.raises(DockerError, match="QEMU is not registered for linux/arm64") as refused:
+        choose_backend("auto", gb200, "linux/amd64", "default")
+    assert "update-binfmts --enable qemu-aarch64" in str(refused.value)
+    (tmp_path / "qemu-aarch64").write_text(
+        "enabled\ninterpreter /usr/libexec/qemu-binfmt/aarch64-binfmt-P\nflags: P\n"
+    )
+    with pytest.raises(DockerError, match="without the F flag"):
+        choose_backend("auto", gb200, "linux/amd64", "default")

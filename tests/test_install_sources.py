@@ -47,8 +47,12 @@ def test_every_index_an_install_names_is_in_the_catalog_with_its_source(project:
     assert all(index.source for index in catalog.indexes.values())
     assert [n for n, index in catalog.indexes.items() if index.default] == ["pypi"]
     cuda = catalog.installs["cuda-pypi"]
-    assert [n for n, _ in catalog.install_indexes(cuda, "linux/arm64")] == ["pypi", "pytorch-cu129"]
-    assert [n for n, _ in catalog.install_indexes(cuda, "linux/amd64")] == ["pypi"]
+    # arm64: PyTorch's CUDA index for a torch before 2.11 (the package index's aarch64 builds are CPU builds),
+    # the package index alone from 2.11 on (its aarch64 torch is a CUDA 13 build); amd64: always alone.
+    assert [n for n, _ in catalog.install_indexes(cuda, "linux/arm64", "2.10.0")] == ["pypi", "pytorch-cu129"]
+    assert [n for n, _ in catalog.install_indexes(cuda, "linux/arm64", "2.11.0")] == ["pypi"]
+    assert [n for n, _ in catalog.install_indexes(cuda, "linux/amd64", "2.10.0")] == ["pypi"]
+    assert all(source.source and source.why for source in cuda.torch_sources)
     cpu = catalog.installs["cpu-pypi"]
     assert catalog.extra_index_url(cpu, "linux/amd64", "0.32.0") == "https://download.pytorch.org/whl/cpu"
     rocm = catalog.indexes["vllm-rocm"]
@@ -59,12 +63,12 @@ def test_an_unknown_index_is_refused_naming_file_field_value_and_choices(tmp_pat
     shutil.copytree(ROOT / "catalog", tmp_path / "catalog")
     path = tmp_path / "catalog" / "hardware.yaml"
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    data["installs"]["cuda-pypi"]["indexes"][1]["index"] = "pytorch-cu999"
+    data["installs"]["cuda-pypi"]["torch_sources"][1]["indexes"][0] = "pytorch-cu999"
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     with pytest.raises(InputError) as raised:
         load_catalog(path)
     message = str(raised.value)
-    assert "hardware.yaml" in message and "installs.cuda-pypi.indexes[1].index" in message
+    assert "hardware.yaml" in message and "installs.cuda-pypi.torch_sources[1].indexes[0]" in message
     assert "pytorch-cu999" in message and "pytorch-cu129" in message
 
 

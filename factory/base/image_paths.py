@@ -9,6 +9,8 @@ VERSIONS = f"{LIBRARY}/versions.json"  # what our install step left
 BASE_VERSIONS = f"{LIBRARY}/base-versions.json"  # what a vendor base image brought, before our layers
 LAUNCHER = "/usr/local/bin/factory-serve"  # the image's entrypoint
 BUNDLED_MODELS = "/opt/models"  # where an image that carries its model keeps it
+VENV = "/opt/vllm"  # the venv a pip install makes (the Dockerfile templates name it too)
+CHECKS = "/tmp/factory-checks"  # where validation copies the checks it runs inside a container
 
 TEMPLATE_GLOBALS = {
     "image_info": IMAGE_INFO,

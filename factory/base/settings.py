@@ -27,6 +27,12 @@ Network = Literal["default", "host"]
 
 class BuildSettings(Strict):
     base_image: str | None = Field(None, description="use this image instead of every target's upstream base")
+    arm64_base_image: str | None = Field(
+        None,
+        description="the base of linux/arm64 targets (Grace) instead of base_image, where that one is for"
+        " amd64 only (a local image); base_image then serves as the install stage's base on the build's"
+        " platform",
+    )
     ca_bundle: Path | None = Field(
         None, description="CA bundle for TLS-inspecting proxies (a BuildKit secret)"
     )
@@ -49,9 +55,16 @@ class BuildSettings(Strict):
         description='"host": RUN steps share the build host\'s network, to reach an index on its loopback',
     )
 
+    def base_for(self, platform: str) -> str | None:
+        """The base image setting a target of this platform builds on (None: the catalog's own)."""
+        if platform == "linux/arm64" and self.arm64_base_image:
+            return self.arm64_base_image
+        return self.base_image
+
 
 ENV_NAMES = {
     "base_image": "FACTORY_BASE_IMAGE",
+    "arm64_base_image": "FACTORY_ARM64_BASE_IMAGE",
     "ca_bundle": "FACTORY_CA_BUNDLE",
     "pip_conf": "FACTORY_PIP_CONF",
     "uv_env": "FACTORY_UV_ENV",
@@ -112,14 +125,19 @@ def load_settings(root: Path, overrides: dict[str, object] | None = None) -> Bui
     return settings
 
 
-def write_testbench_settings(path: Path, base_image: str) -> None:
-    """The settings this machine needs: local base image, local wheels, the proxy's CA bundle."""
+def write_testbench_settings(path: Path, base_image: str, arm64_base_image: str | None = None) -> None:
+    """The settings this machine needs: local base images, local wheels, the proxy's CA bundle."""
     lines = [
         "# Written by testbench/up for this machine; see docs/air-gapped.md.",
         "[build]",
         "# No registry is reachable here: every target builds on the locally bootstrapped Debian image.",
         f'base_image = "{base_image}"',
     ]
+    if arm64_base_image:
+        lines += [
+            "# linux/arm64 targets (Grace) on the arm64 Debian image testbench/up-tests bootstraps (QEMU).",
+            f'arm64_base_image = "{arm64_base_image}"',
+        ]
     ca_bundle = os.environ.get("PIP_CERT") or os.environ.get("SSL_CERT_FILE")
     if ca_bundle and Path(ca_bundle).is_file():
         lines += [

@@ -103,6 +103,12 @@ def plan_recipe(
     return RecipePlan(loaded, tuple(images), tuple(skipped), tuple(kv))
 
 
+def _published(project: Project, image: ImagePlan) -> ImagePlan:
+    """The plan with where it runs from once published from these very inputs (the publish record)."""
+    reference = project.published.run_reference(image.reference, image.immutable_tag)
+    return image if reference is None else image.model_copy(update={"published": reference})
+
+
 def _brands(tree: RecipeTree) -> set[str]:
     return {profile.brand for profile in tree.taxonomy.hardware_profiles.values()}
 
@@ -130,6 +136,7 @@ def finish(
     )
     server = project.catalog.server
     image, image_files = hashed_context(spec, loaded.bundled_model_dir)
+    image = _published(project, image)
     vendor = project.catalog.vendors[image.vendor]
     run = Run(
         vendor=vendor,
@@ -159,10 +166,11 @@ def finish_kv(
 ) -> Blueprint:
     """The KV-store image beside a plain image (the same layers, then Mooncake's) and its deployments, one
     per kv_store file the site renders for this variant on this hardware."""
-    fields = plain.image.model_dump(exclude={"inputs_hash"})
+    fields = plain.image.model_dump(exclude={"inputs_hash", "published"})
     least = mooncake_floor([command.store for command in commands])
     spec = kv_image_spec(project, ImageSpec(**fields), str(least) if least else None)
     image, image_files = hashed_context(spec, loaded.bundled_model_dir)
+    image = _published(project, image)
     vendor = plain.vendor
     mooncake = vendor.mooncake or Mooncake(install="amd")  # no wheel: the image says it is not buildable
     run = Run(

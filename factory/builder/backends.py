@@ -79,6 +79,8 @@ def compose_build_file(staged: StagedContext, tag: str) -> dict[str, object]:
                     "args": staged.build_args,
                     "secrets": sorted(staged.secrets),
                     **network.compose_build_fields(staged.network),
+                    # Another platform than the engine's: Compose asks the engine's BuildKit for it (QEMU).
+                    **({"platforms": [staged.cross_platform]} if staged.cross_platform else {}),
                 },
             }
         },

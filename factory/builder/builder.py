@@ -26,6 +26,7 @@ from factory.builder.backends import buildx_version, run_build
 from factory.builder.context import Buildable, BuildTarget, StagedContext, check_generated, stage
 from factory.builder.display import BuildProgress
 from factory.builder.progress import BuildLog
+from factory.engine import emulation
 from factory.engine.connect import connect, engine_facts
 
 
@@ -46,19 +47,21 @@ class BuildResult:
 
 
 def choose_backend(requested: str, image: BuildTarget, engine_platform: str, build_network: Network) -> str:
-    """The BuildKit front end for this build: bake where buildx is, else Compose; refused where the one
-    chosen cannot build it (another platform, the build network)."""
+    """The BuildKit front end for this build: bake where buildx is, else Compose (its `platforms:` reach the
+    engine's own BuildKit); refused where the one chosen cannot build it (the build network), or where the
+    image is for another platform and the host cannot run that platform's programs (QEMU)."""
     asked = requested in ("auto", "bake") or build_network != network.DEFAULT
     buildx = buildx_version() if asked else None
     if requested == "bake" and buildx is None:
         raise DockerError("--backend bake needs the docker buildx plugin, which this machine lacks")
     backend = "bake" if buildx is not None and requested != "compose" else "compose"
     network.check_backend(build_network, backend, buildx)
-    if image.platform != engine_platform and backend != "bake":
-        raise DockerError(
-            f"{image.reference} is {image.platform}, this engine builds {engine_platform}; a cross-platform "
-            "build needs `docker buildx bake` with QEMU or a native builder (not available here)"
-        )
+    if image.platform != engine_platform:
+        why = emulation.missing(image.platform)
+        if why is not None:
+            raise DockerError(
+                f"{image.reference} is {image.platform}, this engine builds {engine_platform}: {why}"
+            )
     return backend
 
 
@@ -83,9 +86,8 @@ def build_image(
     temporary = f"factory-build-tmp/{image.slug}:{uuid.uuid4().hex[:12]}"
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="factory-build-") as workdir:
-        staged = stage(root, image, settings, Path(workdir))
-        if not _has_image(client, staged.base_image):
-            report(f"note: base image {staged.base_image} is not in the engine; BuildKit will try to pull it")
+        staged = stage(root, image, settings, Path(workdir), facts.platform)
+        check_base(client, staged, report)
         try:
             progress = (
                 BuildProgress(image.reference, show_progress, show_progress.isatty())
@@ -135,13 +137,23 @@ def tag_built(
     )
 
 
-def _has_image(client: docker.DockerClient, reference: str) -> bool:
-    """Whether the engine holds the image: said before a long build when the base must be pulled."""
+def check_base(client: docker.DockerClient, staged: StagedContext, report: Reporter) -> None:
+    """Say before a long build that the base must be pulled; refuse a local base of another platform than
+    the image's (BuildKit would look for the image's platform in a registry, and fail there)."""
     try:
-        client.images.get(reference)
+        base = client.images.get(staged.base_image)
     except ImageNotFound:
-        return False
-    return True
+        report(f"note: base image {staged.base_image} is not in the engine; BuildKit will try to pull it")
+        return
+    held = f"{base.attrs.get('Os', 'linux')}/{base.attrs.get('Architecture', '?')}"
+    if held != staged.image.platform:
+        setting = "arm64_base_image" if staged.image.platform == "linux/arm64" else "base_image"
+        raise DockerError(
+            f"the base image {staged.base_image} is {held}, and {staged.image.reference} is"
+            f" {staged.image.platform}\n  hint: set {setting} (.factory.local.toml, or"
+            f" FACTORY_{setting.upper()}) to a {staged.image.platform} base; testbench/up-tests makes"
+            " factory-local/debian:bookworm-arm64"
+        )
 
 
 def untag(client: docker.DockerClient, reference: str) -> None:

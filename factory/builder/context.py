@@ -25,6 +25,8 @@ class BuildTarget(Protocol):
     @property
     def local_wheels(self) -> bool: ...
     @property
+    def python_platform(self) -> str | None: ...
+    @property
     def tag(self) -> str: ...
     @property
     def reference(self) -> str: ...
@@ -53,6 +55,8 @@ class StagedContext:
     secrets: dict[str, Path]  # id -> file; mounted only during RUN steps, never stored
     base_image: str
     network: Network  # the RUN steps' network: every backend writes it, or refuses (build/network.py)
+    # The platform to ask BuildKit for when it is not the engine's own (emulated: QEMU); None: the engine's.
+    cross_platform: str | None = None
 
 
 def check_generated(root: Path, blueprint: Buildable) -> None:
@@ -67,7 +71,9 @@ def check_generated(root: Path, blueprint: Buildable) -> None:
             )
 
 
-def stage(root: Path, image: BuildTarget, settings: BuildSettings, workdir: Path) -> StagedContext:
+def stage(
+    root: Path, image: BuildTarget, settings: BuildSettings, workdir: Path, engine_platform: str | None = None
+) -> StagedContext:
     directory = workdir / image.tag
     shutil.copytree(root / image.directory, directory)
     if settings.find_links and image.local_wheels:
@@ -75,13 +81,19 @@ def stage(root: Path, image: BuildTarget, settings: BuildSettings, workdir: Path
             _link_or_copy(wheel, directory / "wheels" / wheel.name)
     build_args = {}
     assert image.base_image, "the blueprint of an unbuildable image has no build context"
-    base = settings.base_image or image.base_image
-    if settings.base_image:
-        build_args["BASE_IMAGE"] = settings.base_image
+    chosen = settings.base_for(image.platform)
+    base = chosen or image.base_image
+    if chosen:
+        build_args["BASE_IMAGE"] = chosen
+    if image.python_platform is not None and settings.base_image:
+        # The install stage runs on the build's own platform: on the base_image setting (this machine's
+        # amd64 base), where arm64_base_image is the image's.
+        build_args["BUILD_IMAGE"] = settings.base_image
     if settings.pip_extra_index_url is not None:
         build_args["PIP_EXTRA_INDEX_URL"] = settings.pip_extra_index_url
     secrets = stage_secrets(settings, workdir, image.tag)
-    return StagedContext(image, directory, build_args, secrets, base, settings.network)
+    cross = image.platform if engine_platform is not None and image.platform != engine_platform else None
+    return StagedContext(image, directory, build_args, secrets, base, settings.network, cross)
 
 
 def stage_secrets(settings: BuildSettings, workdir: Path, name: str) -> dict[str, Path]:

@@ -60,6 +60,10 @@ def _checked(catalog: Catalog, path: Path) -> Catalog:
         for position, use in enumerate(install.indexes):
             where = f"installs.{name}.indexes[{position}].index"
             _named(use.index, catalog.indexes, path, where, "package index")
+        for position, source in enumerate(install.torch_sources):
+            for at, index_name in enumerate(source.indexes):
+                where = f"installs.{name}.torch_sources[{position}].indexes[{at}]"
+                _named(index_name, catalog.indexes, path, where, "package index")
     for model_id, names in catalog.only_hardware.items():
         for index, name in enumerate(names):
             _named(name, catalog.hardware, path, f"only_hardware.{model_id}[{index}]", "hardware")

@@ -1,5 +1,6 @@
 """What the catalog says about releases: known-bad pins, the deliberate deviations from the site's commands
-(each with its reason and the releases it applies to), and which vllm-omni release pairs with which vLLM."""
+(each with its reason and the releases it applies to), which vllm-omni release pairs with which vLLM, and
+where a platform's CUDA torch comes from, by torch release."""
 
 from __future__ import annotations
 
@@ -9,7 +10,31 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from factory.base.models import Strict
+from factory.catalog.platform import Platform
 from factory.catalog.sourced import Sourced
+
+
+class TorchSource(Sourced):
+    """Where an install's torch comes from on one platform, for the torch releases `torch` matches, with the
+    evidence: the package index's aarch64 torch is a CPU build up to 2.10.0 and a CUDA 13 build from 2.11.0.
+    The lock resolves a set against the install's indexes, reads the torch it pins, and takes the first entry
+    that matches: an entry naming `indexes` resolves the set again with them (the pip_extra_index_url setting
+    replaces them, as every index but the default); one naming none keeps the set the package index gave."""
+
+    platform: Platform
+    torch: str  # a PEP 440 specifier on the release the set pins: ">=2.11"
+    indexes: list[str] = []  # besides the default index, in the order uv asks them; none: the default alone
+    # The first vLLM release whose torch this entry covers (vLLM 0.20.0 pins torch==2.11.0), said to people
+    # whose release gets no CUDA set from the package index.
+    vllm_from: str | None = None
+    why: str
+
+    def matches(self, platform: str, torch: str) -> bool:
+        release = torch.split("+", 1)[0]  # 2.13.0+cpu is the 2.13.0 release
+        return platform == self.platform and SpecifierSet(self.torch).contains(release, prereleases=True)
+
+    def describe(self) -> str:
+        return f"{self.why} (source: {self.source})"
 
 
 class KnownBadPin(Sourced):

@@ -7,7 +7,15 @@ from typing import Literal
 from packaging.specifiers import SpecifierSet
 
 from factory.base.models import Count, Strict
-from factory.catalog.releases import DeviationRule, KnownBadPin, OmniCatalog, OmniRefusal, OmniRelease
+from factory.catalog.platform import Platform
+from factory.catalog.releases import (
+    DeviationRule,
+    KnownBadPin,
+    OmniCatalog,
+    OmniRefusal,
+    OmniRelease,
+    TorchSource,
+)
 from factory.catalog.serving import (
     MooncakeProcess,
     MooncakeProcesses,
@@ -31,10 +39,9 @@ __all__ = [
     "RouterProcess",
     "Secret",
     "Server",
+    "TorchSource",
     "Volume",
 ]
-
-Platform = Literal["linux/amd64", "linux/arm64"]
 
 
 class ArchCoverage(Sourced):
@@ -105,6 +112,9 @@ class Install(Strict):
     # Where its wheels come from, in the order uv asks them: the default index (the machine's) is the
     # fallback; the others are extra indexes, which uv prefers for the packages they serve (torch builds).
     indexes: list[IndexUse] = []
+    # Where torch comes from per platform and torch release (first match wins), with the evidence; a set
+    # whose torch no entry matches takes `indexes` as they are.
+    torch_sources: list[TorchSource] = []
     # CUDA installs: the base image for the CUDA version of the locked torch build (12.8, 12.9, 13.0).
     base_images: dict[str, str] = {}
     # May take wheels from the find_links setting: a torch build no index this machine reaches serves (+cpu).
@@ -116,6 +126,18 @@ class Install(Strict):
     arch_coverage: list[ArchCoverage] = []
     wheels_from: WheelsFrom | None = None
     notes: list[Sourced] = []
+
+    def torch_source(self, platform: str, torch: str | None) -> TorchSource | None:
+        """The catalog's entry for this torch release on this platform, if any (the first that matches)."""
+        if torch is None:
+            return None
+        return next((entry for entry in self.torch_sources if entry.matches(platform, torch)), None)
+
+    def first_index_release(self, platform: str) -> str | None:
+        """The first vLLM release whose set on this platform the install's own indexes serve, with no index
+        a torch source adds (linux/arm64: vLLM 0.20.0, the first on torch 2.11.0)."""
+        own = (e.vllm_from for e in self.torch_sources if e.platform == platform and not e.indexes)
+        return next(own, None)
 
 
 class GroupAdd(Strict):
@@ -216,13 +238,21 @@ class Catalog(Strict):
         """The index the machine's configuration stands in for (PyPI), by name."""
         return next((name for name, index in self.indexes.items() if index.default), "default")
 
-    def install_indexes(self, install: Install, platform: str) -> list[tuple[str, PackageIndex]]:
-        """(name, index) of every index the install takes wheels from on this platform, in its order."""
-        return [(use.index, self.indexes[use.index]) for use in install.indexes if use.applies_to(platform)]
+    def install_indexes(
+        self, install: Install, platform: str, torch: str | None = None
+    ) -> list[tuple[str, PackageIndex]]:
+        """(name, index) of every index the install takes wheels from on this platform, in its order, with
+        those the torch source of a set pinning `torch` adds."""
+        names = [use.index for use in install.indexes if use.applies_to(platform)]
+        source = install.torch_source(platform, torch)
+        names += [name for name in (source.indexes if source else []) if name not in names]
+        return [(name, self.indexes[name]) for name in names]
 
-    def extra_index_url(self, install: Install, platform: str, vllm: str) -> str | None:
+    def extra_index_url(
+        self, install: Install, platform: str, vllm: str, torch: str | None = None
+    ) -> str | None:
         """The indexes other than the machine's default, as pip's PIP_EXTRA_INDEX_URL (space-separated)."""
-        indexes = self.install_indexes(install, platform)
+        indexes = self.install_indexes(install, platform, torch)
         urls = [index.url_for(vllm) for _, index in indexes if not index.default]
         return " ".join(urls) or None
 

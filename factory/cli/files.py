@@ -192,6 +192,6 @@ def cmd_lock(project: Project, args: argparse.Namespace) -> int:
 def cmd_testbench_settings(project: Project, args: argparse.Namespace) -> int:
     from factory.base.settings import write_testbench_settings
 
-    write_testbench_settings(args.output, args.base_image)
+    write_testbench_settings(args.output, args.base_image, args.arm64_base_image)
     say(f"wrote {args.output}")
     return 0

@@ -20,7 +20,9 @@ def cmd_check_args(project: Project, args: argparse.Namespace) -> int:
     from factory.engine.connect import connect
     from factory.validate.check_args import check_all
 
-    checks = check_all(connect(), plan_project(project).images)
+    wanted = {project.tree.recipe(model).recipe_id for model in args.models}
+    images = [b for b in plan_project(project).images if not wanted or b.image.recipe_id in wanted]
+    checks = check_all(connect(), images)
     rejected = 0
     for check in checks:
         if check.unbuildable is not None:
@@ -130,7 +132,12 @@ def cmd_publish(project: Project, args: argparse.Namespace) -> int:
         warn("WARNING: publishing WITHOUT a signature (--unsigned): nothing can verify these images")
     signing = Signing(key_file=args.key, keyless=args.keyless, unsigned=args.unsigned)
     options = PublishOptions(
-        registry_of(project.root, args.registry), args.reports, args.tag, signing, args.force_unvalidated
+        registry_of(project.root, args.registry),
+        args.reports,
+        args.tag,
+        signing,
+        args.force_unvalidated,
+        args.allow_no_gpu,
     )
     record = record_file(project.lock_path)
     outcomes = []
@@ -168,16 +175,20 @@ def cmd_sbom(project: Project, args: argparse.Namespace) -> int:
 def cmd_publish_platforms(project: Project, args: argparse.Namespace) -> int:
     from factory.base.settings import registry_of
     from factory.blueprint import plan_project
+    from factory.lockfile.published import record_file
     from factory.publish.platforms import publish_platform_groups, recipe_groups
 
     registry = registry_of(project.root, args.registry)
     loaded = project.tree.recipe(args.model)
     groups = recipe_groups(loaded.recipe_id, [blueprint.image for blueprint in plan_project(project).images])
-    published = publish_platform_groups(registry, groups)
+    record = record_file(project.lock_path)
+    published = publish_platform_groups(registry, groups, record)
     if not published:
         say(
             f"{loaded.recipe_id} ({loaded.model_id}): no images that differ only in platform; nothing to join"
         )
     for line in published:
         say(line)
+    if published:
+        say(f"recorded in {record}: run `factory generate` to run the lists by digest in compose and k8s")
     return 0

@@ -139,6 +139,9 @@ def _add_generate_and_lock(sub: Any) -> None:
     args_check = sub.add_parser(
         "check-args", help="parse every serve command of every image with the vLLM release it runs"
     )
+    args_check.add_argument(
+        "models", nargs="*", help="only these recipes (recipe ids or model ids; default: every recipe)"
+    )
     args_check.set_defaults(func=cmd_check_args)
 
 

@@ -35,6 +35,12 @@ def add_publishing(sub: Any, target_args: TargetArgs) -> None:
         action="store_true",
         help="publish although no passing validation is recorded (loud)",
     )
+    publish.add_argument(
+        "--allow-no-gpu",
+        action="store_true",
+        help="accept a validation whose static checks passed but whose GPU probes could not run here (a GPU"
+        " image on a machine without its GPU: a Grace image on an amd64 host)",
+    )
     signing = publish.add_mutually_exclusive_group()
     signing.add_argument(
         "--key",
@@ -70,6 +76,7 @@ def add_publishing(sub: Any, target_args: TargetArgs) -> None:
         "testbench-settings", help="write .factory.local.toml for this machine (testbench/up)"
     )
     bench.add_argument("--base-image", required=True)
+    bench.add_argument("--arm64-base-image", help="the base of linux/arm64 targets (testbench/up-tests)")
     bench.add_argument("--output", type=Path, required=True)
     bench.set_defaults(func=cmd_testbench_settings)
 

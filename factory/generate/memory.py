@@ -30,6 +30,7 @@ from pathlib import Path
 
 import factory
 from factory.base.files import write_text_atomic
+from factory.lockfile.published import record_file
 from factory.project import Project
 from factory.recipes import bundled
 from factory.recipes.loader import LoadedRecipe
@@ -76,6 +77,7 @@ def shared_inputs(project: Project, nodes: int | None) -> str:
         project.lock_path,  # images install what the lock says: its sets are inputs too
         *sorted((project.lock_path.parent / "sets").glob("*.txt")),
         *sorted((project.lock_path.parent / "router").glob("*")),  # pd_cluster files name the router's image
+        record_file(project.lock_path),  # compose files run a published image by its digest
     ]
     for path in files:
         if path.is_file():

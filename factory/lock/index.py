@@ -22,11 +22,11 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from factory.base.errors import FactoryError
+from factory.catalog.platform import PYTHON_PLATFORMS
 
 _AVAILABLE = re.compile(r"^Available versions:\s*(?P<versions>.+)$", re.MULTILINE)
 _FROM = re.compile(r"^\s+# from (?P<url>\S+)\n", re.MULTILINE)  # uv's --emit-index-annotation line
 FIND_LINKS = "find-links"  # what served a file that came from the find_links folder, not an index
-PLATFORMS = {"linux/amd64": "x86_64-manylinux_2_28", "linux/arm64": "aarch64-manylinux_2_28"}
 
 
 class IndexUnavailable(FactoryError):
@@ -172,8 +172,8 @@ def compile_set(
         source.write_text("\n".join(requirements) + "\n", encoding="utf-8")
         command = [
             uv_binary(), "pip", "compile", source.name, "--generate-hashes", "--quiet",
-            "--emit-index-annotation", "--python-version", python, "--python-platform", PLATFORMS[platform],
-            "--custom-compile-command", "factory lock",
+            "--emit-index-annotation", "--python-version", python,
+            "--python-platform", PYTHON_PLATFORMS[platform], "--custom-compile-command", "factory lock",
         ]  # fmt: skip
         for name in exclude:
             command += ["--no-emit-package", name]

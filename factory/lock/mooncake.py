@@ -159,7 +159,8 @@ def _resolve(
 ) -> tuple[MooncakeSet, str | None]:
     on, locked, vllm_text = vllm_set
     base = MooncakeSet(requirement=requirement, on=on)
-    sources = install_sources(catalog, catalog.installs[install_name], locked.platform, locked.vllm, settings)
+    install = catalog.installs[install_name]
+    sources = install_sources(catalog, install, locked.platform, locked.vllm, settings, locked.torch)
     try:
         compiled = index.compile_set(
             [requirement], locked.platform, locked.python, [], None, sources, pins=vllm_text

@@ -123,7 +123,7 @@ def record_indexes(
     if install is None:
         sources = index.Sources(default=place.catalog.default_index)
     else:
-        sources = install_sources(place.catalog, install, kept.platform, kept.vllm, settings)
+        sources = install_sources(place.catalog, install, kept.platform, kept.vllm, settings, kept.torch)
     text = set_text(place.lock_path, str(kept.requirements))
     exclude = install.remove_packages if install else []
     wanted = wanted_packages(place.catalog, kept.package, kept.vllm, kept.omni)

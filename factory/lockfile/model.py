@@ -9,6 +9,10 @@ from factory.base.models import Strict
 
 HEAVY = re.compile(r"^(torch|triton|nvidia-.*|cuda-.*|pytorch-triton.*)$")  # slow-moving, gigabytes
 _REQUIREMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==")
+# The CUDA release a torch build is for: CUDA 13's torch (2.11 and later) requires NVIDIA's `cuda-toolkit`
+# meta-package (cuda-toolkit==13.0.2 for CUDA 13.0), whose runtime wheel is `nvidia-cuda-runtime` with a
+# version of its own (13.0.96); CUDA 12's torch requires `nvidia-cuda-runtime-cu12==12.8.90` directly.
+_CUDA_TOOLKIT = re.compile(r"^cuda-toolkit==(?P<major>\d+)\.(?P<minor>\d+)", re.MULTILINE)
 _CUDA_RUNTIME = re.compile(r"^nvidia-cuda-runtime(?:-cu\d+)?==(?P<major>\d+)\.(?P<minor>\d+)", re.MULTILINE)
 
 
@@ -18,6 +22,9 @@ NO_CITED_SOURCE = "no cited source"  # no vendor image with a public source for 
 NO_RELEASE = "no release satisfies"  # the index has no release the recipe accepts
 INDEX_UNREACHABLE = "index not reachable here"  # an index the install names does not answer here
 NOT_RESOLVABLE = "not resolvable"  # the indexes answer, but no complete set exists for the target
+# The set resolves, but its torch is no CUDA build (the package index's aarch64 torch before 2.11 is a CPU
+# build); the detail names the index the catalog takes it from, and the first release that needs none.
+NO_CUDA_TORCH = "no CUDA torch"
 # The release requires a package (a version of it) that no index the install names serves: asked for
 # exactly, it stays unbuildable; otherwise the lock passes over it for the newest release that installs.
 NOT_SERVED = "requirement not served"
@@ -56,7 +63,9 @@ class LockedSet(Strict):
     cuda: str | None = None  # the CUDA version of the torch build (12.8, 13.0), for CUDA sets
     heavy: list[str] = []  # what the image installs in its first, slow-moving layer
     unresolvable: str | None = None
-    cause: str | None = None  # a set that cannot exist anywhere (vllm-omni on arm64): its cause word
+    # Its cause word where the words of uv or of an index would not give it: a set that cannot exist anywhere
+    # (vllm-omni on arm64), a torch that is no CUDA build.
+    cause: str | None = None
     # The index this machine could not reach (the set is tried again when a later lock reaches it).
     unreachable_index: str | None = None
     indexes: dict[str, str] = {}  # name -> URL of every index the resolution asked besides the default
@@ -134,7 +143,9 @@ def mooncake_key(requirement_name: str, on: str) -> str:
 
 
 def cuda_version(requirements: str) -> str | None:
-    found = _CUDA_RUNTIME.search(requirements)
+    """The CUDA release of a set's torch build: cuda-toolkit's pin where the set has one (CUDA 13), else
+    the CUDA runtime wheel's (CUDA 12); None for a set with neither (a CPU torch)."""
+    found = _CUDA_TOOLKIT.search(requirements) or _CUDA_RUNTIME.search(requirements)
     return f"{found['major']}.{found['minor']}" if found else None
 
 

@@ -58,13 +58,29 @@ class Signed(Strict):
     provenance: Attestation
 
 
+DIGEST = r"^sha256:[0-9a-f]{64}$"
+
+
 class PublishedImage(Strict):
-    """One image as published: where it was pushed and the digest the registry served for it."""
+    """One image as published: where it was pushed and the digest the registry served for it; and, once
+    `factory publish-platforms` joined it with its twins of other platforms, the list's tag and digest."""
 
     repository: str = Field(pattern=REPOSITORY)  # registry/namespace/repository, without a tag
-    digest: str = Field(pattern=r"^sha256:[0-9a-f]{64}$")
+    digest: str = Field(pattern=DIGEST)
     immutable_tag: str = Field(pattern=TAG)  # the tag that names the inputs the image was built from
+    platforms_tag: str | None = Field(None, pattern=TAG)  # the multi-platform tag (vllm0.20.2-sm_100-default)
+    platforms_digest: str | None = Field(None, pattern=DIGEST)  # that list's digest
     signed: Signed | None = None  # None: published without a signature (`--unsigned`)
+
+    @property
+    def run_digest(self) -> str:
+        """What a deployment runs it by: a signed image by its own digest, the one its signature, SBOM and
+        provenance are attached to (the compose gate and the admission policy check that digest; a deployment
+        is for one hardware, so for one platform); an unsigned one joined in a multi-platform list by the
+        list's digest (each engine pulls its own platform's member); else its own digest."""
+        if self.signed is not None:
+            return self.digest
+        return self.platforms_digest or self.digest
 
     @property
     def by_digest(self) -> str:
@@ -79,6 +95,12 @@ class PublishRecord(Strict):
         """The published image for `reference`, if it was published from the same inputs."""
         found = self.images.get(reference)
         return found if found is not None and found.immutable_tag == immutable_tag else None
+
+    def run_reference(self, reference: str, immutable_tag: str) -> str | None:
+        """`registry/repository:tag@digest` to run the image by, once published from the same inputs."""
+        found = self.pinned(reference, immutable_tag)
+        tag = reference.rpartition(":")[2]
+        return None if found is None else f"{found.repository}:{tag}@{found.run_digest}"
 
 
 def record_file(lock_path: Path) -> Path:

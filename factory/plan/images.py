@@ -7,6 +7,7 @@ import re
 from packaging.version import Version
 
 from factory.base import image_paths
+from factory.catalog.platform import CROSS_INSTALLED, PYTHON_PLATFORMS
 from factory.lockfile.model import (
     INDEX_UNREACHABLE,
     MOONCAKE,
@@ -153,8 +154,12 @@ def install_spec(
     if release.omni is not None and project.catalog.omni is not None:
         text, omni_part = split_omni(text, locked.heavy, project.catalog.omni.package)
     heavy, dependencies, itself = split_layers(text, locked.heavy, install.package)
+    # The indexes of this set's torch (a torch source adds some on a platform, by torch release).
+    extra = project.catalog.extra_index_url(install, hardware.platform, release.vllm, locked.torch)
+    cross = hardware.platform in CROSS_INSTALLED
     spec = InstallSpec(
-        **common,
+        **common | {"extra_index_url": extra},
+        python_platform=PYTHON_PLATFORMS[hardware.platform] if cross else None,
         base_image=base,
         lock_key=key,
         local_wheels=install.local_wheels,

@@ -43,19 +43,28 @@ class InstallSpec(Frozen):
     mooncake: str | None = None
     mooncake_requirements: str = ""
     mooncake_system_packages: list[str] = []
+    # uv's target (aarch64-manylinux_2_35) where the set is installed without emulating Python, by an install
+    # stage on the build's own platform (catalog/platform.py CROSS_INSTALLED); None: installed in the image.
+    python_platform: str | None = None
+
+    @property
+    def route(self) -> str:
+        """The template of the install: `cross` (an install stage, then copied in) or `native`."""
+        return "native" if self.python_platform is None else "cross"
 
     @property
     def layers(self) -> tuple[tuple[str, str], ...]:
         """Each install layer's requirements file, in install order: (file name, its part of the set)."""
+        return self.vllm_layers + ((("mooncake.txt", self.mooncake_requirements),) if self.mooncake else ())
+
+    @property
+    def vllm_layers(self) -> tuple[tuple[str, str], ...]:
+        """The layers of vLLM (and vllm-omni) alone: a KV-store image's Mooncake layer comes after them."""
         return (
-            (
-                ("heavy.txt", self.heavy_requirements),
-                ("dependencies.txt", self.dependency_requirements),
-                ("requirements.txt", self.requirements),
-            )
-            + ((("omni.txt", self.omni_requirements),) if self.omni else ())
-            + ((("mooncake.txt", self.mooncake_requirements),) if self.mooncake else ())
-        )
+            ("heavy.txt", self.heavy_requirements),
+            ("dependencies.txt", self.dependency_requirements),
+            ("requirements.txt", self.requirements),
+        ) + ((("omni.txt", self.omni_requirements),) if self.omni else ())
 
     @property
     def mooncake_layer(self) -> str:
@@ -137,12 +146,20 @@ class ImageSpec(Frozen):
     def local_wheels(self) -> bool:
         return bool(self.install and self.install.local_wheels)
 
+    @property
+    def python_platform(self) -> str | None:
+        """The platform uv installs for when the install stage runs on the build's own (cross), else None."""
+        return self.install.python_platform if self.install is not None else None
+
 
 class ImagePlan(ImageSpec, ImmutableNames):
     """An ImageSpec with the hash of its build context: what every stage after planning receives.
     The hash is required, so an unhashed plan cannot reach a build, a tag or a label."""
 
     inputs_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
+    # `registry/repository:tag@digest` once `factory publish` pushed this very build (the multi-platform
+    # list's digest where publish-platforms joined it): what compose files run. Not an input of the hash.
+    published: str | None = None
 
     @property
     def validate_command(self) -> str:

@@ -74,6 +74,10 @@ class RouterImage(BaseModel, ImmutableNames):
         return False
 
     @property
+    def python_platform(self) -> str | None:
+        return None  # built natively: the router is one static binary
+
+    @property
     def labels(self) -> dict[str, str]:
         return {
             "org.opencontainers.image.title": f"{PACKAGE} {self.lock.version}",

@@ -9,9 +9,11 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from factory.base.errors import DockerError, InputError
+from factory.base.errors import DockerError, InputError, RefusedError
+from factory.lockfile.published import PublishedImage, read_record, record_published
 from factory.plan.models import ImagePlan
 from factory.publish.registry import (
     MANIFEST_TYPES,
@@ -141,15 +143,48 @@ def recipe_groups(recipe_id: str, images: list[ImagePlan]) -> list[PlatformGroup
     return [group for group in platform_groups(images) if group.members[0].recipe_id == recipe_id]
 
 
-def publish_platform_groups(registry: str, groups: list[PlatformGroup]) -> list[str]:
-    """Join each platform group under its multi-platform tag; one line per list pushed."""
+def publish_platform_groups(registry: str, groups: list[PlatformGroup], record: Path) -> list[str]:
+    """Join each platform group under its multi-platform tag, from the members `factory publish` pushed (and
+    so validated) as the publish record holds them; note the list in the record, so that the compose files
+    and manifests of every member run it by its digest. One line per list pushed."""
     credentials = credentials_for(split_registry(registry)[0])
     published = []
     for group in groups:
         repository = group.members[0].repository
+        entries = _validated_members(registry, group, record, credentials)
         digest = push_platform_list(
             registry, repository, group.tag, [m.tag for m in group.members], credentials
         )
-        platforms = ", ".join(f"{m.hardware} {m.platform}" for m in group.members)
+        for member, entry in zip(group.members, entries, strict=True):
+            joined = entry.model_copy(update={"platforms_tag": group.tag, "platforms_digest": digest})
+            record_published(record, member.reference, joined)
+        pairs = zip(group.members, entries, strict=True)
+        platforms = ", ".join(f"{m.hardware} {m.platform} {e.digest}" for m, e in pairs)
         published.append(f"published {registry}/{repository}:{group.tag} {digest} ({platforms})")
     return published
+
+
+def _validated_members(
+    registry: str, group: PlatformGroup, record: Path, credentials: Credentials | None
+) -> list[PublishedImage]:
+    """Each member as `factory publish` recorded it: pushed from these very inputs, and still what the
+    registry serves under its tag (else a tag moved since: the list would join an image nobody validated)."""
+    found = read_record(record)
+    entries = []
+    for member in group.members:
+        entry = found.pinned(member.reference, member.immutable_tag)
+        where = f"{registry}/{member.repository}"
+        if entry is None or entry.repository != where:
+            raise RefusedError(
+                f"{member.reference} is not published to {registry} from these inputs"
+                f" ({member.immutable_tag}) in {record}\n  hint: factory validate, then factory publish"
+                f" {member.recipe_id} --hardware {member.hardware} --registry {registry}"
+            )
+        served = describe(registry, member.repository, member.tag, credentials).digest
+        if served != entry.digest:
+            raise RefusedError(
+                f"{where}:{member.tag} is {served} in the registry, but `factory publish` pushed"
+                f" {entry.digest} (the tag was moved since): publish it again"
+            )
+        entries.append(entry)
+    return entries

@@ -72,10 +72,15 @@ def expand_tags(image: Publishable, templates: list[str]) -> list[str]:
 
 
 def validated_image(
-    image: Publishable, records: Path, force_unvalidated: bool, report: Reporter = silent
+    image: Publishable,
+    records: Path,
+    force_unvalidated: bool,
+    report: Reporter = silent,
+    allow_no_gpu: bool = False,
 ) -> tuple[Image, bool]:
-    """The built image, and whether a passing validation with live probes is recorded for its ID (refused
-    without one, unless forced)."""
+    """The built image, and whether a passing validation with live probes is recorded for its ID (or, with
+    `allow_no_gpu`, one whose static checks passed where no GPU could run the probes); refused without one,
+    unless forced."""
     client = connect()
     try:
         # By the tag naming this tree's inputs: the readable tag may since name a build of other inputs.
@@ -85,7 +90,7 @@ def validated_image(
             f"{image.immutable_reference} is not built on this engine; build and validate it first"
         ) from None
     record = validation_record(records, str(local.id))
-    validated = bool(record and record.get("fully_validated") and record.get("image_id") == local.id)
+    validated = _validated(record, str(local.id), allow_no_gpu)
     if not validated and not force_unvalidated:
         why = (
             "no validation record"
@@ -98,6 +103,8 @@ def validated_image(
         )
     if not validated:
         report(f"WARNING: publishing {image.reference} WITHOUT a passing validation (--force-unvalidated)")
+    elif record is not None and not record.get("fully_validated"):
+        report(f"note: {image.reference} is checked statically; its GPU probes were not run (--allow-no-gpu)")
     return local, validated
 
 
@@ -110,10 +117,11 @@ def publish_image(
     attempts: int = 4,
     backoff_s: float = 1.0,
     report: Reporter = silent,
+    allow_no_gpu: bool = False,
 ) -> list[Published]:
-    """Push the image's tags (only when a passing validation with live probes is recorded for its ID)."""
+    """Push the image's tags (only when `validated_image` accepts it)."""
     client = connect()
-    local, validated = validated_image(image, records, force_unvalidated, report)
+    local, validated = validated_image(image, records, force_unvalidated, report, allow_no_gpu)
     credentials = credentials_for(split_registry(registry)[0])
     target = f"{registry}/{image.repository}"
     published = []
@@ -129,6 +137,14 @@ def publish_image(
             Published(f"{target}:{tag}", pushed.digest, str(local.id), pushed.attempts, validated)
         )
     return published
+
+
+def _validated(record: dict[str, object] | None, image_id: str, allow_no_gpu: bool) -> bool:
+    """Whether the record is a passing validation of this very image: with its live probes, or (allowed) of
+    an image whose GPU probes could not run here."""
+    if record is None or record.get("image_id") != image_id:
+        return False
+    return bool(record.get("fully_validated") or (allow_no_gpu and record.get("passed")))
 
 
 def write_publish_report(results: list[Published], path: Path) -> None:

@@ -43,6 +43,7 @@ class PublishOptions:
     tags: list[str]
     signing: Signing
     force_unvalidated: bool = False
+    allow_no_gpu: bool = False  # a static validation suffices where no GPU could run the probes
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ def publish_one(
 ) -> Outcome:
     image = blueprint.image
     records = options.reports / "validated"
-    validated_image(image, records, options.force_unvalidated, report)
+    validated_image(image, records, options.force_unvalidated, report, options.allow_no_gpu)
     key = options.signing.key(project)
     timings = Timings()
     # What is attested is made from a recipe's locked set: the router's image is published unsigned so far.
@@ -70,7 +71,13 @@ def publish_one(
         prepare(project, blueprint, options.reports) if isinstance(blueprint, Blueprint) and signs else None
     )
     published = publish_image(
-        image, options.registry, records, options.tags, options.force_unvalidated, report=report
+        image,
+        options.registry,
+        records,
+        options.tags,
+        options.force_unvalidated,
+        report=report,
+        allow_no_gpu=options.allow_no_gpu,
     )
     signed = None
     if prepared is not None and isinstance(blueprint, Blueprint):

@@ -20,8 +20,6 @@ from factory.plan.settings import PLACEHOLDER, known_setting, placeholder_names,
 CANNOT_EXPRESS = {
     "gpus": "Docker does not allocate GPUs: a device request for N always takes the node's first N, so "
     "every process reserves all of its node's GPUs (the recipe pages' --gpus all)",
-    "platform": "not printed: an image tag names the build for one CPU platform, and the engine runs it "
-    "on its own (Kubernetes needs it to choose a node)",
     "requests": "what a scheduler places a pod by: one engine on one host has no scheduler, and a memory "
     "reservation is a soft limit that starts nothing elsewhere",
     "cache_gb": "the model cache is a host folder the user names (HF_CACHE): the host's disk bounds it",
@@ -138,7 +136,7 @@ def render(deployment: Deployment, role: NodeRole) -> str:
             start=start,
             project_name=project_name(deployment, role),
             spec=spec,
-            image_ref=_image(spec),
+            image_ref=_image(spec, deployment.image.published),
             command=[compose_value(arg) for arg in spec.argv],
             env={name: compose_value(value) for name, value in spec.environment.items()},
             labels=[(name, value.replace("$", "$$")) for name, value in spec.all_labels],  # text, as written
@@ -159,15 +157,17 @@ def _device_note(deployment: Deployment, spec: RunSpec) -> str | None:
     return f"{deployment.vendor.name}: no devices to reserve."
 
 
-def _image(spec: RunSpec) -> str:
+def _image(spec: RunSpec, published: str | None) -> str:
     """The image, a setting may replace; the router's is quoted (with no lock it is a setting whose message
-    holds colons, which YAML would read as a mapping)."""
+    holds colons, which YAML would read as a mapping). A published image runs by registry and digest
+    (`published`: the publish record's, a multi-platform list's where it joined one)."""
+    router = spec.program == "vllm-router"
     if spec.image.startswith("$"):
         value = compose_value(spec.image)
     else:
-        setting = ROUTER_IMAGE_SETTING if spec.program == "vllm-router" else IMAGE_SETTING
-        value = f"${{{setting}:-{spec.image}}}"
-    return json.dumps(value) if spec.program == "vllm-router" else value
+        setting = ROUTER_IMAGE_SETTING if router else IMAGE_SETTING
+        value = f"${{{setting}:-{published if published and not router else spec.image}}}"
+    return json.dumps(value) if router else value
 
 
 def _group_notes(deployment: Deployment) -> list[tuple[str, str]]:

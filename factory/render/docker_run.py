@@ -17,7 +17,7 @@ from factory.render.compose import CANNOT_EXPRESS as COMPOSE_CANNOT_EXPRESS
 CANNOT_EXPRESS = {
     **{
         field: COMPOSE_CANNOT_EXPRESS[field]
-        for field in ("gpus", "platform", "requests", "cache_gb", "gpu_resource", "rpc_port")
+        for field in ("gpus", "requests", "cache_gb", "gpu_resource", "rpc_port")
     },
     "program": "the image's entrypoint (or the spec's own) runs the program: a docker run names none",
 }
@@ -46,6 +46,7 @@ def run_options(spec: RunSpec) -> list[str]:
     options: list[str] = []
     if spec.entrypoint:  # docker run takes one word here; the rest lead the command (command_words)
         options.append(f"--entrypoint {shlex.quote(spec.entrypoint[0])}")
+    options.append(f"--platform {spec.platform}")  # a multi-platform tag: the engine pulls this member
     if spec.gpu_request:
         options.append(f"--gpus {spec.gpu_request.count}")
     options += [f"--device={device}" for device in spec.devices]

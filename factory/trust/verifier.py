@@ -46,6 +46,10 @@ class VerifierImage:
         return False
 
     @property
+    def python_platform(self) -> str | None:
+        return None  # built natively: cosign is one static binary
+
+    @property
     def repository(self) -> str:
         return f"{REPOSITORY_PREFIX}/verify"
 

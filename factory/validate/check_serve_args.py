@@ -21,7 +21,13 @@ _loader = importlib.machinery.SourceFileLoader("factory_serve", "/usr/local/bin/
 _spec = importlib.util.spec_from_loader("factory_serve", _loader)
 _loader.exec_module(importlib.util.module_from_spec(_spec))
 
-import vllm.platforms  # noqa: E402
+try:
+    import vllm.platforms
+except ModuleNotFoundError as exc:  # an image of another package (a test's): no serve command to parse
+    if exc.name != "vllm":
+        raise
+    sys.stdout.write("FACTORY-NO-VLLM " + json.dumps(str(exc)) + "\n")
+    sys.exit(0)
 from vllm.platforms.cpu import CpuPlatform  # noqa: E402
 
 vllm.platforms._current_platform = CpuPlatform()
@@ -42,11 +48,18 @@ def serve_command(argv):
     return ServeSubcommand()
 
 
+_PARSERS = {}
+
+
 def serve_parser(argv):
+    """The serve parser for these arguments, built once per serve command: building it walks every engine
+    argument, which under emulation (an arm64 image on an amd64 host) takes seconds each time."""
     command = serve_command(argv)
-    top = FlexibleArgumentParser(prog="vllm")
-    subparsers = top.add_subparsers(dest="subparser")
-    return top, command.subparser_init(subparsers), command
+    if type(command) not in _PARSERS:
+        top = FlexibleArgumentParser(prog="vllm")
+        subparsers = top.add_subparsers(dest="subparser")
+        _PARSERS[type(command)] = (top, command.subparser_init(subparsers), command)
+    return _PARSERS[type(command)]
 
 
 def validation(command):
@@ -90,9 +103,13 @@ def serve_help(argv):
 results = {}
 for name, argv in json.loads(os.environ["FACTORY_ARGV_SETS"]).items():
     error = parse(argv)
-    parser = "vllm-omni" if type(serve_command(argv)) is not ServeSubcommand else "vLLM"
+    parser = "vllm-omni" if type(serve_parser(argv)[2]) is not ServeSubcommand else "vLLM"
     results[name] = {"ok": error is None, "error": "\n".join(error or []), "parser": parser}
 sys.stdout.write("FACTORY-RESULT " + json.dumps(results) + "\n")
+import torch  # noqa: E402 (already imported by vLLM's parser: what it says of itself)
+
+runtime = {"torch": torch.__version__, "cuda": torch.version.cuda, "vllm": getattr(vllm, "__version__", None)}
+sys.stdout.write("FACTORY-RUNTIME " + json.dumps(runtime) + "\n")
 if os.environ.get("FACTORY_SERVE_HELP"):
     help_text = serve_help(json.loads(os.environ["FACTORY_SERVE_HELP"]))
     sys.stdout.write("FACTORY-HELP " + json.dumps(help_text) + "\n")

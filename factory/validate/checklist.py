@@ -169,6 +169,8 @@ def decide(offer: Offer) -> list[Decision]:
 
 
 def _decision(probe: Probe, offer: Offer) -> Decision:
+    if offer.foreign is not None:
+        return Decision(probe, None, offer.foreign)
     if not offer.gpu.available:
         return Decision(probe, None, offer.gpu.why)
     if not offer.one_node:

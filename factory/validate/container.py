@@ -34,7 +34,8 @@ CANNOT_EXPRESS = {
     "gpus": "Docker does not allocate GPUs: a device request for N always takes the node's first N, so "
     "every process reserves all of its node's GPUs (the recipe pages' --gpus all)",
     "program": "the image's entrypoint runs the program: a container names none",
-    "platform": "the validation runs the image it built, on this machine's CPU platform",
+    "platform": "the validation runs the image built on this engine, whose platform the engine reads from "
+    "it (another platform's image runs under emulation, for its static checks)",
     "requests": "one container on this engine: nothing to schedule it among",
     "cache_gb": "validation mounts the cache folder it is given, on this machine's disk",
     "gpu_resource": "a Kubernetes device plugin's name: the engine gives GPUs by driver or device",

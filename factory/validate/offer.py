@@ -27,15 +27,26 @@ class Offer:
     gpu: GpuAccess  # whether this engine gives a container the image's vendor's GPUs (or needs none)
     one_node: bool  # the image has a one-node deployment for validation to start
     static_passed: bool  # the static checks inside the image passed: a broken image is not started
+    # Why the engine cannot run the image natively (another CPU platform: only under emulation, where no GPU
+    # driver is): None when it can.
+    foreign: str | None = None
 
     @staticmethod
     def of(blueprint: Blueprint, facts: EngineFacts, static_passed: bool) -> Offer:
         """What this image offers on the engine `facts` describe."""
+        platform = blueprint.image.platform
+        foreign = (
+            f"the engine is {facts.platform}: a {platform} image runs here only under emulation (QEMU),"
+            " where no GPU driver is; it is served on its own platform's hardware"
+            if platform != facts.platform
+            else None
+        )
         return Offer(
             tasks_of(blueprint.image.tasks),
             gpu_access(blueprint.vendor, facts),
             one_node(blueprint) is not None,
             static_passed,
+            foreign,
         )
 
 

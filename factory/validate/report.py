@@ -29,6 +29,8 @@ class ValidationReport:
     gpu_probes_run: bool = False
     # The container the live probes ran: which shipped file, and what validation changed in it (and why).
     started: str = ""
+    # Where the checks ran under emulation: "linux/arm64 on a linux/amd64 engine (QEMU)"; "" natively.
+    emulated: str = ""
 
     @property
     def passed(self) -> bool:

@@ -14,12 +14,13 @@ from docker.errors import ImageNotFound
 from factory.base.errors import DockerError
 from factory.base.reporter import Reporter, silent
 from factory.blueprint import Blueprint
+from factory.engine import emulation
 from factory.engine.connect import connect, engine_facts
 from factory.engine.leftovers import sweep
 from factory.plan.deployment import Deployment
 from factory.plan.models import ImagePlan
 from factory.render import compose
-from factory.validate import checklist, static
+from factory.validate import binaries, checklist, static
 from factory.validate.checklist import Decision, Target
 from factory.validate.container import DIFFERENCES, running
 from factory.validate.offer import Offer, one_node
@@ -51,7 +52,13 @@ def validate_image(
         image.reference, image_id, image.hardware, image.vllm_version or "unresolved", image.inputs_hash
     )
     plans = list(blueprint.deployments)
-    _static_checks(client, image, plans, report)
+    if image.platform != facts.platform:
+        report.emulated = f"{image.platform} on a {facts.platform} engine (QEMU)"
+        why = emulation.missing(image.platform)
+        if why is not None:
+            report.add("static:run-in-image", False, f"{image.platform} cannot run here: {why}")
+    if report.passed or not report.cases:
+        _static_checks(client, image, plans, report)
     single = one_node(blueprint)
     decisions = checklist.decide(Offer.of(blueprint, facts, report.passed))
     for decision in decisions:
@@ -74,9 +81,26 @@ def _static_checks(
         env = static.check_env(client, image)
         report.add(f"static:{env.name}", env.ok, env.detail)
         for result in static.check_serve_args(client, image, static.argv_sets(image, plans)):
+            if result.skipped:
+                report.skip(f"static:{result.name}", result.detail)
+            else:
+                report.add(f"static:{result.name}", result.ok, result.detail)
+        for result in _binary_checks(client, image):
             report.add(f"static:{result.name}", result.ok, result.detail)
     except RuntimeError as exc:
         report.add("static:run-in-image", False, f"a check could not run inside the image: {exc}")
+
+
+def _binary_checks(client: docker.DockerClient, image: ImagePlan) -> list[static.CheckResult]:
+    """A pip install's venv: every ELF file built for the image's platform; a CUDA image's torch and vLLM
+    libraries hold GPU code the hardware runs (binaries.py)."""
+    if image.install is None or image.install.kind != "pip":
+        return []
+    found = binaries.read_binaries(client, image)
+    results = [binaries.elf_result(found, image.platform)]
+    if image.install.cuda is not None and image.gpu_arch is not None:
+        results += binaries.gpu_code_results(found, image.gpu_arch, image.hardware_name)
+    return results
 
 
 def _live_probes(

