@@ -107,7 +107,9 @@ class Install(Strict):
     description: str
     package: str = "vllm"
     accelerator: Literal["cuda", "rocm", "cpu"]  # what the torch build targets
-    python: str | None = None  # pip installs: the interpreter the venv uses (the lock resolves for it)
+    # pip installs: the interpreter the venv uses (the lock resolves for it); vendor images: the one an image
+    # a recipe names is taken to run vLLM on (the cited images give their own)
+    python: str | None = None
     system_packages: list[str] = []
     # Where its wheels come from, in the order uv asks them: the default index (the machine's) is the
     # fallback; the others are extra indexes, which uv prefers for the packages they serve (torch builds).

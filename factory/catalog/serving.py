@@ -101,4 +101,12 @@ class MooncakeProcesses(Strict):
     )
     config_dir: str = "/etc/mooncake"  # where a process's generated config template is mounted
     filled_dir: str = "/run/mooncake"  # where it is written, filled from the process's environment
+    # The master's client lease (-client_ttl, seconds): a client silent this long is dropped with its
+    # segment and the blocks in it. While a dead client's segment is listed, an instance that finds a block
+    # there retries the lookup until the master drops it (vLLM 0.32.0): the lease bounds that wait.
+    client_ttl_s: Count = 10
+    # What an instance does with a request whose listed blocks cannot be read (vLLM's
+    # kv_load_failure_policy): `recompute` them rather than `fail` the request, the default since vLLM pull
+    # request 34896 (0.32.0's config/kv_transfer.py: "fail").
+    load_failure_policy: Literal["recompute", "fail"] = "recompute"
     sources: list[str] = []

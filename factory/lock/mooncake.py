@@ -6,13 +6,17 @@ from moved.
 
 Which sets: every pip set of a hardware whose vendor has a Mooncake wheel (the catalog's `mooncake`) on a
 vLLM release the kv_store files accept (their min_vllm_version), omni sets aside (no KV store renders for
-them). A vendor image (ROCm) is not a locked set, so its KV-store images are not buildable here.
+them). A vendor image (ROCm) is not a locked set: its packages are the vendor's. Its layer is the wheel and
+its dependencies resolved on their own for the images' platform and Python, one per vendor-image install;
+the image's build installs only what the image lacks and checks the rest against what it holds
+(factory/image_files/fit_layer.py).
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -20,7 +24,7 @@ from packaging.version import InvalidVersion, Version
 
 from factory.base.reporter import Reporter
 from factory.base.settings import BuildSettings
-from factory.catalog.schema import Catalog
+from factory.catalog.schema import Catalog, Install
 from factory.lock import index
 from factory.lock.resolve import install_sources
 from factory.lockfile.model import (
@@ -30,6 +34,7 @@ from factory.lockfile.model import (
     canonical_name,
     mooncake_key,
     requirement_blocks,
+    vendor_image_key,
 )
 from factory.lockfile.store import set_text
 from factory.recipes.kv_checks import shell_words
@@ -74,22 +79,42 @@ def _runs_at_least(vllm: str, least: Version) -> bool:
         return False
 
 
-def wanted(
-    catalog: Catalog, stores: dict[str, KvStore], sets: dict[str, LockedSet]
-) -> dict[str, tuple[str, str, str]]:
-    """mooncake_key -> (requirement, the vLLM set's key, its install) for every Mooncake layer a KV-store
-    image needs."""
+@dataclass(frozen=True)
+class Wanted:
+    """One Mooncake layer a KV-store image needs: resolved against a locked vLLM set's pins (`on` its key),
+    or on its own for an install's vendor images (`on` their vendor_image_key)."""
+
+    requirement: str
+    on: str
+    install: str
+    platform: str
+    python: str
+    vllm: str | None = None  # the vLLM set's release (an index URL may name it); None for vendor images
+    vendor_image: bool = False
+    torch: str | None = None  # the set's torch release (where arm64's CUDA torch comes from depends on it)
+
+
+def wanted(catalog: Catalog, stores: dict[str, KvStore], sets: dict[str, LockedSet]) -> dict[str, Wanted]:
+    """mooncake_key -> the layer, for every Mooncake layer a KV-store image needs."""
     least = floor(stores.values())
     if least is None:
         return {}
-    found: dict[str, tuple[str, str, str]] = {}
+    found: dict[str, Wanted] = {}
     for hardware in catalog.hardware.values():
         vendor = catalog.vendors[hardware.vendor]
         install = catalog.installs[hardware.install]
-        if vendor.mooncake is None or install.kind != "pip":
+        if vendor.mooncake is None:
             continue
         requirement = wheel_requirement(stores.values(), vendor.mooncake.install)
         if requirement is None:
+            continue
+        if install.kind == "vendor-image":
+            for python in vendor_pythons(install):
+                on = vendor_image_key(hardware.install, hardware.platform, python)
+                layer = Wanted(
+                    requirement, on, hardware.install, hardware.platform, python, vendor_image=True
+                )
+                found[mooncake_key(_name(requirement), on)] = layer
             continue
         for key, locked in sets.items():
             same = (locked.package, locked.accelerator, locked.platform) == (
@@ -98,8 +123,24 @@ def wanted(
                 hardware.platform,
             )
             if same and locked.omni is None and locked.requirements and _runs_at_least(locked.vllm, least):
-                found[mooncake_key(_name(requirement), key)] = (requirement, key, hardware.install)
+                layer = Wanted(
+                    requirement,
+                    key,
+                    hardware.install,
+                    locked.platform,
+                    locked.python,
+                    locked.vllm,
+                    torch=locked.torch,
+                )
+                found[mooncake_key(_name(requirement), key)] = layer
     return dict(sorted(found.items()))
+
+
+def vendor_pythons(install: Install) -> list[str]:
+    """The Pythons an install's vendor images run vLLM on: each cited image's, and the install's own (what an
+    image a recipe names is taken to run; its build checks it)."""
+    found = {image.python for image in install.images}
+    return sorted(found | ({install.python} if install.python else set()))
 
 
 def _name(requirement: str) -> str:
@@ -124,20 +165,20 @@ def lock_mooncake(
     layers: dict[str, MooncakeSet] = {}
     files: dict[str, str] = {}
     old = previous.mooncake or {}
-    for key, (requirement, on, install) in wanted(catalog, stores, sets).items():
-        vllm_text = texts.get(f"{on}.txt")
+    for key, layer in wanted(catalog, stores, sets).items():
+        vllm_text = None if layer.vendor_image else texts.get(f"{layer.on}.txt")
+        if vllm_text is None and not layer.vendor_image:
+            continue
         kept = old.get(key)
-        if kept is not None and kept.requirement == requirement and kept.on == on and vllm_text is not None:
+        if kept is not None and kept.requirement == layer.requirement and kept.on == layer.on:
             kept_text = _kept_text(lock_path, kept)
             if kept_text is not None or kept.unresolvable:
                 layers[key] = kept
                 if kept_text is not None:
                     files[f"{key}.txt"] = kept_text
                 continue
-        if vllm_text is None:
-            continue
-        report(f"resolving {requirement} against {on} with uv")
-        layers[key], text = _resolve(catalog, install, requirement, (on, sets[on], vllm_text), settings)
+        report(f"resolving {layer.requirement} for {layer.on} with uv")
+        layers[key], text = _resolve(catalog, layer, vllm_text, settings)
         if text is not None:
             files[f"{key}.txt"] = text
     return layers, files
@@ -151,38 +192,36 @@ def _kept_text(lock_path: Path, kept: MooncakeSet) -> str | None:
 
 
 def _resolve(
-    catalog: Catalog,
-    install_name: str,
-    requirement: str,
-    vllm_set: tuple[str, LockedSet, str],  # its key, its record, its file
-    settings: BuildSettings,
+    catalog: Catalog, layer: Wanted, vllm_text: str | None, settings: BuildSettings
 ) -> tuple[MooncakeSet, str | None]:
-    on, locked, vllm_text = vllm_set
-    base = MooncakeSet(requirement=requirement, on=on)
-    install = catalog.installs[install_name]
-    sources = install_sources(catalog, install, locked.platform, locked.vllm, settings, locked.torch)
+    """The layer resolved with uv: against the vLLM set's pins (`vllm_text`), keeping only what the set lacks;
+    or, for vendor images (no `vllm_text`), the wheel and all it needs."""
+    base = MooncakeSet(requirement=layer.requirement, on=layer.on, vendor_image=layer.vendor_image or None)
+    install = catalog.installs[layer.install]
+    sources = install_sources(catalog, install, layer.platform, layer.vllm, settings, layer.torch)
     try:
         compiled = index.compile_set(
-            [requirement], locked.platform, locked.python, [], None, sources, pins=vllm_text
+            [layer.requirement], layer.platform, layer.python, [], None, sources, pins=vllm_text
         )
     except (index.RequirementNotServed, index.IndexUnavailable) as exc:
         return base.model_copy(update={"unresolvable": str(exc)}), None
-    present = {canonical_name(name) for name, _ in requirement_blocks(vllm_text)}
+    present = {canonical_name(name) for name, _ in requirement_blocks(vllm_text or "")}
     blocks = requirement_blocks(compiled.text)
-    layer = [block for name, block in blocks if canonical_name(name) not in present]
-    wheel = _name(requirement)
+    kept = [block for name, block in blocks if canonical_name(name) not in present]
+    wheel = _name(layer.requirement)
     pinned = [block.split("==", 1)[1].split()[0] for name, block in blocks if canonical_name(name) == wheel]
-    version = pinned[0] if pinned else None
-    text = (
-        f"# The Mooncake layer of KV-store images on {on}: {requirement}, resolved against that set's pins\n"
-        "# (what it shares with the set keeps the set's version; only what the set lacks is here).\n"
-        + "\n".join(layer)
-        + "\n"
+    how = (
+        "resolved on its own: the build installs what the vendor image lacks and checks the rest against it"
+        if layer.vendor_image
+        else "resolved against that set's pins\n# (what it shares with the set keeps the set's version; only "
+        "what the set lacks is here)"
     )
-    key = mooncake_key(wheel, on)
+    text = f"# The Mooncake layer of KV-store images on {layer.on}: {layer.requirement}, {how}.\n"
+    text += "\n".join(kept) + "\n"
+    key = mooncake_key(wheel, layer.on)
     return base.model_copy(
         update={
-            "version": version,
+            "version": pinned[0] if pinned else None,
             "requirements": f"sets/{key}.txt",
             "digest": hashlib.sha256(text.encode()).hexdigest(),
         }

@@ -105,7 +105,10 @@ class MooncakeSet(Strict):
     pins: a KV-store image installs it in a layer of its own after vLLM's, every layer below shared."""
 
     requirement: str  # what the kv_store files ask: mooncake-transfer-engine>=0.3.10
-    on: str  # the key of the vLLM set whose pins constrained it
+    # The key of the vLLM set whose pins constrained it; for vendor images, their vendor_image_key: resolved
+    # on its own (the image's packages are not in the lock) and checked against the image when it is built.
+    on: str
+    vendor_image: bool | None = None  # True for vendor images (None, not False: older locks unchanged)
     version: str | None = None  # the Mooncake release resolved
     requirements: str | None = None  # the layer's file (pins and hashes), relative to the lock's folder
     digest: str | None = None
@@ -140,6 +143,12 @@ def set_key(
 def mooncake_key(requirement_name: str, on: str) -> str:
     """The Mooncake layer resolved for one vLLM set: <its package>-on-<the vLLM set's key>."""
     return f"{requirement_name}-on-{on}"
+
+
+def vendor_image_key(install: str, platform: str, python: str) -> str:
+    """What a Mooncake layer for vendor images is resolved for (its `on`): the install's vendor images of one
+    platform and Python, whose packages the lock does not hold (rocm-vendor-image-amd64-py3.12)."""
+    return f"{install}-{platform.removeprefix('linux/')}-py{python}"
 
 
 def cuda_version(requirements: str) -> str | None:

@@ -32,10 +32,23 @@ def image_support_file(name: str) -> bytes:
     return ((shebang + "\n" if shebang else "") + header + rest).encode()
 
 
-def _fill_launcher(base: PurePosixPath) -> OutputFile:
-    """A KV-store image's config launcher (factory.plan.kv): fills a Mooncake config, then runs a process."""
-    name = "factory-fill-config"
-    return OutputFile(base / name, image_support_file(name), executable=True)
+def _mooncake_files(base: PurePosixPath, image: ImageSpec) -> list[OutputFile]:
+    """A KV-store image's config launcher (factory.plan.kv: fills a Mooncake config, then runs a process); on
+    a vendor image also the Mooncake layer (a pip install's is with its set's files) and what fits it onto
+    the image's own packages."""
+    install = image.install
+    if install is None or not install.mooncake:
+        return []
+    launcher = "factory-fill-config"
+    found = [OutputFile(base / launcher, image_support_file(launcher), executable=True)]
+    if install.kind == "vendor-image":
+        own = f"# DO NOT EDIT: copied by `factory generate` from the lock (Mooncake {install.mooncake}).\n"
+        layer = (own + install.mooncake_requirements).encode()
+        found += [
+            OutputFile(base / "requirements" / "mooncake.txt", layer),
+            OutputFile(base / "fit_layer.py", image_support_file("fit_layer.py")),
+        ]
+    return found
 
 
 def image_outputs(image: ImageSpec, inputs_hash: str, model_folder: Path | None) -> list[OutputFile]:
@@ -51,15 +64,7 @@ def image_outputs(image: ImageSpec, inputs_hash: str, model_folder: Path | None)
         OutputFile(base / "factory-serve", image_support_file("factory-serve"), executable=True),
         OutputFile(base / "image_info.py", image_support_file("image_info.py")),
         *_requirements(base, image),
-        *(
-            [
-                OutputFile(
-                    base / "factory-fill-config", image_support_file("factory-fill-config"), executable=True
-                )
-            ]
-            if image.install.mooncake
-            else []
-        ),
+        *_mooncake_files(base, image),
         # Local find-links folder for the pip step; a build may put wheels here.
         OutputFile(base / "wheels" / ".keep", b""),
     ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from packaging.requirements import Requirement
 from packaging.version import Version
 
 from factory.base import image_paths
@@ -19,10 +20,12 @@ from factory.lockfile.model import (
     NOT_SERVED,
     MooncakeSet,
     Release,
+    canonical_name,
     set_key,
     split_layers,
     split_omni,
     uv_key,
+    vendor_image_key,
 )
 from factory.lockfile.store import set_text
 from factory.plan import naming
@@ -133,6 +136,8 @@ def install_spec(
         if release.base_image is None:
             why = f"no vendor image with vLLM {release.vllm} is known for {hardware_key}"
             return None, why, NO_CITED_SOURCE
+        cited = {image.image: image.python for image in install.images}
+        common["python"] = cited.get(release.base_image, install.python)
         return InstallSpec(**common, base_image=release.base_image), None, None
     assert project.lock is not None and install.python is not None
     key = set_key(
@@ -206,9 +211,10 @@ KV_TAG_SUFFIX = "-mooncake"
 
 def kv_image_spec(project: Project, plain: ImageSpec, floor: str | None) -> ImageSpec:
     """A plain image with Mooncake (a KV-store deployment's image): every layer the plain image's, then the
-    Mooncake layer the lock resolved against its vLLM set. Not buildable (with why) where the plain image is
-    not, on a release older than the kv_store files' floor, on a vendor image (its packages are not in the
-    lock), or before `factory lock` resolved the layer."""
+    Mooncake layer the lock resolved against its vLLM set (on a vendor image: the layer resolved for the
+    install's vendor images, which the build fits onto the image's own packages). Not buildable (with why)
+    where the plain image is not, on a release older than the kv_store files' floor, or before `factory lock`
+    resolved the layer."""
     vendor = project.catalog.vendors[plain.vendor]
     spec = plain.model_copy(
         update={"tag": naming.tag_with(plain.tag, KV_TAG_SUFFIX), "unbuildable_cause": None}
@@ -228,6 +234,7 @@ def kv_image_spec(project: Project, plain: ImageSpec, floor: str | None) -> Imag
     install = plain.install.model_copy(
         update={
             "mooncake": layer.version,
+            "mooncake_package": canonical_name(Requirement(layer.requirement).name),
             "mooncake_requirements": set_text(project.lock_path, layer.requirements, layer.digest),
             "mooncake_system_packages": list(vendor.mooncake.system_packages),
         }
@@ -238,11 +245,6 @@ def kv_image_spec(project: Project, plain: ImageSpec, floor: str | None) -> Imag
 def _kv_refusal(project: Project, plain: ImageSpec, floor: str | None) -> str | None:
     if plain.install is None:
         return plain.unbuildable or "its plain image is not buildable"
-    if plain.install.kind != "pip":
-        return (
-            f"a {plain.install.kind} install ships its vendor's packages, which the lock does not hold: the "
-            "Mooncake layer cannot be resolved against them"
-        )
     if plain.install.omni:
         return "vllm-omni images serve no KV store"
     if floor is not None and plain.vllm_version is not None and Version(plain.vllm_version) < Version(floor):
@@ -254,7 +256,16 @@ def _kv_refusal(project: Project, plain: ImageSpec, floor: str | None) -> str | 
 
 
 def _mooncake_layer(project: Project, plain: ImageSpec) -> MooncakeSet | None:
-    if project.lock is None or plain.install is None or plain.install.lock_key is None:
+    """The lock's Mooncake layer for the image: the one resolved against its vLLM set, or for a vendor image
+    the one resolved for its install's images of its platform and Python."""
+    install = plain.install
+    if project.lock is None or install is None:
         return None
-    on = plain.install.lock_key
+    if install.kind == "vendor-image":
+        name = project.catalog.hardware[plain.hardware].install
+        on = vendor_image_key(name, plain.platform, install.python or "")
+    elif install.lock_key is not None:
+        on = install.lock_key
+    else:
+        return None
     return next((layer for layer in (project.lock.mooncake or {}).values() if layer.on == on), None)

@@ -11,17 +11,20 @@ What differs from the site, and why, is recorded as deviations: where a config i
 leaves MOONCAKE_CONFIG_PATH to the user), the store's local_hostname (the store service refuses a config
 without one), the settings each process's config names in its environment, an instance listening on its
 own address on the host's network (the router calls it there) and naming its Mooncake segment after that
-address (VLLM_HOST_IP), and the catalog's router rules.
+address (VLLM_HOST_IP), the master's client lease and the instances' load-failure policy (kv_failover: so
+that the deployment outlives one of its processes), and the catalog's router rules.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from factory.base.errors import InputError
 from factory.catalog.schema import Mooncake
+from factory.plan import kv_failover
 from factory.plan.commands import Finisher, env_text
 from factory.plan.deployment import ConfigEdit, Deviation, EnvEdit, FlagEdit, NodeRole, node_role
 from factory.plan.runspec import FILL, ConfigMount, Launch
@@ -30,7 +33,7 @@ from factory.project import Project
 from factory.recipes.kv_checks import HELD, SIZE_RULE, master_words, shell_words, size_bytes
 from factory.recipes.loader import LoadedRecipe
 from factory.recipes.tree_schema import ConfigValue
-from factory.synthesis.command import Command
+from factory.synthesis.command import Command, Process
 from factory.synthesis.kv_store import KvCommand, instance_setting
 
 STORE_HOST = "$MOONCAKE_STORE_IP"  # the store's local_hostname: the address instances reach it at
@@ -136,8 +139,10 @@ class _KvPlanner:
 
     def master(self) -> NodeRole:
         words = master_words(self.kv.master)
+        args, lease = kv_failover.with_lease(words[1:], self.mooncake.client_ttl_s, "master_argv")
+        self.record(kv_failover.LEASE_FLAG, kv_failover.LEASE_REASON, [lease] if lease else [])
         launch = Launch(entrypoint=tuple(words[:1]))
-        return node_role(MASTER, 0, words[1:], {}, program="mooncake-master", launch=launch)
+        return node_role(MASTER, 0, args, {}, program="mooncake-master", launch=launch)
 
     def store(self, vendor: Mooncake) -> NodeRole | None:
         kv = self.kv
@@ -197,6 +202,7 @@ class _KvPlanner:
                 # On the host's network an instance's API listens on its own address, which the router calls.
                 own = f"${instance_setting(number)}" if many and rank == 0 else None
                 bind = own or "$BIND_ADDRESS"
+                process = self._failure_policy(process, path)
                 role = self.finisher.role(name, rank, process, pool=pool, bind=bind, path=path)
                 site_env = {key: env_text(value) for key, value in process.env.items()}
                 env = {**role.env, **self._config_path(site_env, config, env_path)}
@@ -211,6 +217,12 @@ class _KvPlanner:
                 )
                 roles.append(role.model_copy(update={"env": env, "launch": launch}))
         return roles
+
+    def _failure_policy(self, process: Process, path: str) -> Process:
+        policy = self.mooncake.load_failure_policy
+        args, edit = kv_failover.with_failure_policy(process.args, policy, path)
+        self.record(kv_failover.TRANSFER_FLAG, kv_failover.POLICY_REASON, [edit] if edit else [])
+        return dataclasses.replace(process, args=args)
 
     def _segment_name(self, own: str, path: str) -> dict[str, str]:
         """An instance's Mooncake client names its segment after its host's address (vLLM's get_ip()): two

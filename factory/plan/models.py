@@ -41,6 +41,7 @@ class InstallSpec(Frozen):
     # KV-store images: the Mooncake release, its layer (the wheel and what the vLLM set lacks) and the
     # system libraries its wheel loads, installed after vLLM's layers (and omni's).
     mooncake: str | None = None
+    mooncake_package: str | None = None  # the wheel's distribution: mooncake-transfer-engine(-non-cuda)
     mooncake_requirements: str = ""
     mooncake_system_packages: list[str] = []
     # uv's target (aarch64-manylinux_2_35) where the set is installed without emulating Python, by an install
