@@ -1,10 +1,11 @@
 """Mooncake on AMD's vendor images: the layer is locked on its own per vendor-image install, platform and
 Python (the wheel and everything it needs, with hashes), and the build fits it onto the vendor's environment
-with factory/image_files/fit_layer.py: it installs only what the image lacks, keeps every package the image holds
-at the image's version, and fails in one line naming a package that does not fit.
+with factory/image_files/fit_layer.py: it installs only what the image lacks, keeps every package the image
+holds at the image's version, and fails in one line naming a package that does not fit.
 
-No ROCm image can be pulled or run here: the layer's script runs in a real Python environment standing in for
-the vendor's (a venv with a package the layer also pins), and the generated Dockerfiles are read as files."""
+No ROCm image can be pulled or run here: the layer's script runs in a real Python environment standing in
+for the vendor's (a venv with a package the layer also pins), and the generated Dockerfiles are read as
+files."""
 
 from __future__ import annotations
 
