@@ -7,8 +7,11 @@ from typing import Literal
 from packaging.specifiers import SpecifierSet
 
 from factory.base.models import Count, Strict
+from factory.catalog.fleet import Fleet
 from factory.catalog.releases import DeviationRule, KnownBadPin, OmniCatalog, OmniRefusal, OmniRelease
 from factory.catalog.serving import (
+    ImageUser,
+    Liveness,
     MooncakeProcess,
     MooncakeProcesses,
     PodRequests,
@@ -16,12 +19,16 @@ from factory.catalog.serving import (
     Secret,
     Server,
     Volume,
+    Writable,
 )
 from factory.catalog.sourced import Sourced
 
 __all__ = [
     "DeviationRule",
+    "Fleet",
+    "ImageUser",
     "KnownBadPin",
+    "Liveness",
     "MooncakeProcess",
     "MooncakeProcesses",
     "OmniCatalog",
@@ -32,6 +39,7 @@ __all__ = [
     "Secret",
     "Server",
     "Volume",
+    "Writable",
 ]
 
 Platform = Literal["linux/amd64", "linux/arm64"]
@@ -177,6 +185,13 @@ class Vendor(Strict):
     kubernetes_resource: str | None = None
     pod_requests: PodRequests | None = None  # None: a pod asks for nothing (BestEffort)
     mooncake: Mooncake | None = None  # None: no Mooncake wheel for its images (no KV-store images)
+    # Limits its serving and Mooncake processes get besides the server's (memlock for RDMA), and the size of
+    # each writable folder where it differs from the server's default (by the folder's name).
+    ulimits: dict[str, int] = {}
+    writable_gib: dict[str, Count] = {}
+    # What its nodes must be set up to do for a pod of the non-root user (device ownership, memlock), shown
+    # beside its manifests: the pod spec cannot say it.
+    node_needs: list[str] = []
     sources: list[str] = []
 
 
@@ -210,6 +225,7 @@ class Catalog(Strict):
     # Where the factory's commands differ from the upstream site's (catalog/deviations.yaml).
     deviations: list[DeviationRule] = []
     omni: OmniCatalog | None = None  # vllm-omni releases and where they can run
+    fleet: Fleet  # metrics, autoscaling, the endpoint picker and the clients a deployment's servers admit
 
     @property
     def default_index(self) -> str:

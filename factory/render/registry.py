@@ -4,7 +4,7 @@ implements factory.render.protocol.OutputFormat and a line here."""
 
 from __future__ import annotations
 
-from factory.render import bake, compose, kubernetes
+from factory.render import bake, compose, kubernetes, network_policy
 from factory.render.components import model_cache_claim, published_images
 from factory.render.protocol import OutputFormat, OverAllImages, PerDeployment
 from factory.render.renderings import RenderingsFormat
@@ -12,6 +12,7 @@ from factory.render.renderings import RenderingsFormat
 FORMATS: tuple[OutputFormat, ...] = (
     PerDeployment("compose", "compose", compose.files, compose.CANNOT_EXPRESS),
     PerDeployment("k8s", "k8s", kubernetes.files, kubernetes.CANNOT_EXPRESS),
+    PerDeployment("network-policy", "k8s", network_policy.files),
     OverAllImages("bake", "images", lambda project, targets: [bake.bake_output(list(targets))]),
     RenderingsFormat(),
 )

@@ -12,8 +12,16 @@ from factory.base.outputs import OutputFile
 from factory.plan.deployment import Deployment
 from factory.plan.settings import setting
 from factory.render.kubernetes.config_map import settings_used
-from factory.render.kubernetes.names import CLAIM_COMPONENT, IMAGES_COMPONENT, MIN_LWS, deployable, directory
-from factory.render.kubernetes.pods import cache_limit, secret_name
+from factory.render.kubernetes.names import (
+    CLAIM_COMPONENT,
+    IMAGES_COMPONENT,
+    MIN_LWS,
+    NETWORK_POLICY_FILE,
+    deployable,
+    directory,
+)
+from factory.render.kubernetes.pods import secret_name
+from factory.render.kubernetes.resources import cache_limit
 from factory.render.kubernetes.workloads import objects
 
 Manifest = dict[str, Any]
@@ -56,7 +64,7 @@ def kustomization(deployment: Deployment) -> str:
     body = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
-        "resources": ["manifest.yaml"],
+        "resources": ["manifest.yaml", NETWORK_POLICY_FILE],
         "components": [(up / IMAGES_COMPONENT.name).as_posix()],
         "images": [{"name": r, "newTag": t} for r, _, t in (i.rpartition(":") for i in images)],
     }

@@ -16,6 +16,7 @@ LWS_API = "leaderworkerset.x-k8s.io/v1"
 MIN_LWS = "v0.7.0"  # the oldest LWS release whose CRD accepts every manifest (a test checks each release)
 KUBERNETES_VERSIONS = ("1.30", "1.37")  # first and last release the core objects were checked against
 NAME_LABEL = "app.kubernetes.io/name"
+INSTANCE_LABEL = "app.kubernetes.io/instance"  # the deployment's name, on each of its objects and pods
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 LWS_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 # The kustomize Component every kustomization includes: it names each published image by registry and
@@ -26,6 +27,11 @@ IMAGES_COMPONENT = PurePosixPath(ROOT) / "_published"
 CLAIM_COMPONENT = PurePosixPath(ROOT) / "_model-cache-claim"
 COMPONENT_LABEL = "app.kubernetes.io/component"
 SERVER_COMPONENT = "server"
+# On the pods of every vLLM process that serves the API (not a headless rank): what the PodMonitor scrapes
+# and an InferencePool selects.
+SERVES_LABEL = "ai.vllm.factory.serves"
+SERVES_API = "api"
+NETWORK_POLICY_FILE = "network-policy.yaml"  # beside manifest.yaml: render/network_policy.py prints it
 TEMPLATE_PATHS = {
     "Deployment": ("/spec/template",),
     "LeaderWorkerSet": (
