@@ -5,7 +5,13 @@ implements factory.render.protocol.OutputFormat and a line here."""
 from __future__ import annotations
 
 from factory.render import bake, compose, kubernetes, network_policy
-from factory.render.components import model_cache_claim, published_images
+from factory.render.components import (
+    autoscale,
+    inference_pool,
+    model_cache_claim,
+    monitoring,
+    published_images,
+)
 from factory.render.protocol import OutputFormat, OverAllImages, PerDeployment
 from factory.render.renderings import RenderingsFormat
 
@@ -22,6 +28,9 @@ OPTIONS: tuple[OutputFormat, ...] = (
         "model-cache-claim", "k8s", lambda project, _: [model_cache_claim.component(project.catalog.server)]
     ),
     OverAllImages("published-images", "k8s", published_images.files),
+    PerDeployment("monitoring", "k8s", monitoring.files),
+    PerDeployment("autoscale", "k8s", autoscale.files),
+    PerDeployment("inference-pool", "k8s", inference_pool.files),
 )
 
 

@@ -96,3 +96,31 @@ def files(deployment: Deployment) -> list[OutputFile]:
         OutputFile(folder / "manifest.yaml", render(deployment).encode()),
         OutputFile(folder / "kustomization.yaml", kustomization(deployment).encode()),
     ]
+
+
+def component(
+    deployment: Deployment, part: str, documents: list[Manifest], notes: list[str], patches: list[Manifest]
+) -> list[OutputFile]:
+    """A kustomize Component of one deployment, in the folder `part` beside its manifest: `documents` in
+    `<part>.yaml`, `patches` (kustomize's: a target and a JSON patch), and `notes` (what it needs, how to
+    use it) in its kustomization's header. A user adds it to a kustomization of their own:
+    `resources: [<the deployment's folder>]`, `components: [<the deployment's folder>/<part>]`."""
+    folder = directory(deployment) / part
+    how = [
+        "# Use it from a kustomization of your own (paths relative to it):",
+        f"#   resources: [{directory(deployment)}]",
+        f"#   components: [{folder}]",
+    ]
+    body: Manifest = {
+        "apiVersion": "kustomize.config.k8s.io/v1alpha1",
+        "kind": "Component",
+        "resources": [f"{part}.yaml"],
+    }
+    body |= {"patches": patches} if patches else {}
+    header = (
+        _header(deployment) + "".join(f"# {note}\n" for note in notes) + "".join(f"{line}\n" for line in how)
+    )
+    return [
+        OutputFile(folder / "kustomization.yaml", (header + yaml_text.dump(body)).encode()),
+        OutputFile(folder / f"{part}.yaml", (_header(deployment) + _dump(documents)).encode()),
+    ]

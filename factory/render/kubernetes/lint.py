@@ -58,8 +58,8 @@ def _probes_why(spec: RunSpec) -> str:
     return (
         f"kube-score compares a probe's path and port only; the two ask {probe.path}, the server's one "
         f"health handler, with other thresholds: readiness every {probe.interval_s} s, "
-        f"{probe.timeout_s} s timeout, {probe.retries} failures; liveness every {live.interval_s} s, {live.timeout_s} s timeout, "
-        f"{live.failures} failures"
+        f"{probe.timeout_s} s timeout, {probe.retries} failures; liveness every {live.interval_s} s, "
+        f"{live.timeout_s} s timeout, {live.failures} failures"
     )
 
 
