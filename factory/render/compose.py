@@ -33,6 +33,8 @@ CANNOT_EXPRESS = {
     "liveness": "the engine restarts no container for failing its health check (it marks it unhealthy): "
     "only a scheduler that restarts on a failed check takes it",
     "cache_basis": "the model cache is a host folder the user names (HF_CACHE): its size is the host's",
+    "disk_gib": "disk a scheduler reserves for a pod: one engine on one host reserves none (the host's disk "
+    "bounds it)",
 }
 # ... and, for a process on the host's network (multi-node and P/D), these too: nothing is published there.
 CANNOT_EXPRESS_ON_HOST_NETWORK = {

@@ -26,6 +26,7 @@ CANNOT_EXPRESS = {
             "rpc_port",
             "liveness",
             "cache_basis",
+            "disk_gib",
         )
     },
     "program": "the image's entrypoint (or the spec's own) runs the program: a docker run names none",

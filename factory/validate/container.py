@@ -46,6 +46,7 @@ CANNOT_EXPRESS = {
     "rpc_port": "validation starts one process, which no other process calls",
     "liveness": "the engine restarts no container for failing its health check: validation fails it instead",
     "cache_basis": "validation mounts the cache folder it is given, on this machine's disk",
+    "disk_gib": "one container on this engine: its disk is the machine's",
 }
 
 
@@ -163,6 +164,7 @@ def run_options(
 def _give_to(cache: Path, spec: RunSpec) -> None:
     """The run's own cache folder, writable by the image's user as the operator's must be (chown where this
     process may, else open to every user: it is the run's, and removed after)."""
+    cache.mkdir(parents=True, exist_ok=True)
     try:
         os.chown(cache, spec.user.uid, spec.user.gid)
     except PermissionError:
@@ -178,7 +180,9 @@ def running(spec: RunSpec, run_id: str, cache: Path) -> Iterator[Started]:
     options = run_options(spec, os.environ, cache, run_labels)
     image, command, environment = options.pop("image"), options.pop("command"), options.pop("environment")
     ports, volumes = options.pop("ports", {}), options.pop("volumes")
+    tmpfs = options.pop("tmpfs")
     container = DockerContainer(image).with_command(command).with_kwargs(**options)
+    container.tmpfs.update(tmpfs)  # testcontainers passes its own tmpfs mapping to the engine
     for source, mount in volumes.items():
         container.with_volume_mapping(source, mount["bind"], mount["mode"])
     # Loopback only on a local engine: a validation run must not publish the API to the network.

@@ -157,6 +157,8 @@ def pod_template(
     waits = _waits(spec, answers or {}, where)
     annotations = dict(spec.all_labels)
     annotations["ai.vllm.factory.gpus"] = str(spec.gpus)  # the GPUs the process uses
+    if spec.cache_basis:  # what sized its model cache's emptyDir
+        annotations["ai.vllm.factory.model-cache"] = f"{spec.cache_gb} GB: {spec.cache_basis}"
     pod: dict[str, Any] = {
         # No variables for every Service of the namespace: vLLM reads none, and a Service named `vllm`
         # would give each pod VLLM_PORT=tcp://..., which vLLM takes for its own setting.
