@@ -10,6 +10,7 @@ from typing import Any
 from factory.base import yaml_text
 from factory.base.outputs import OutputFile
 from factory.plan.deployment import Deployment
+from factory.plan.pod_security import strictest
 from factory.plan.settings import setting
 from factory.render.kubernetes.config_map import settings_used
 from factory.render.kubernetes.names import (
@@ -72,7 +73,11 @@ def kustomization(deployment: Deployment) -> str:
     secrets = serving.secrets
     cache = cache_limit(serving)
     claim = ", ".join(volume.name for volume in serving.volumes)
+    level, why = strictest([group.spec for group in deployment.run])
+    needs = [f"#   the node: {need}" for need in deployment.vendor.node_needs]
     lines = [
+        f"# Pod Security: the pods run under the `{level}` standard ({why}).",
+        *(["# What its pods need of the nodes, which a pod cannot say:", *needs] if needs else []),
         *settings,
         *(
             [f"# The model cache on a claim: {CLAIM_COMPONENT.name}, claim {claim} of {cache} or more"]
