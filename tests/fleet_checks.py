@@ -5,6 +5,7 @@ files (its JSON output: grade 1 is critical)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -150,3 +151,24 @@ def crd_problems(document: Manifest) -> list[str]:
         f"{where}: {'.'.join(map(str, e.absolute_path))}: {e.message}"
         for e in validator.iter_errors(dict(document))
     ]
+
+
+# --- the docs page's commands ---------------------------------------------------------------------------
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "issue-48.md"
+
+
+def docs_commands() -> list[str]:
+    """Each command of the docs page's ```bash blocks, in order (comment lines dropped)."""
+    blocks = re.findall(r"^```bash\n(.*?)^```", DOCS.read_text(), flags=re.S | re.M)
+    return [line for block in blocks for line in block.splitlines() if line and not line.startswith("#")]
+
+
+def run_docs_commands(commands: list[str], cwd: Path, env: Mapping[str, str]) -> str:
+    """The commands as a user types them, in bash from `cwd`, one after another; their output."""
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", "\n".join(commands)],
+        cwd=cwd, env=dict(env), capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    return result.stdout

@@ -327,3 +327,70 @@ def test_every_image_runs_as_the_catalogs_user_made_after_its_install_layers(pro
         assert f"install -d -o {user.uid} -g {user.gid} " in text, path
         for name, value in user.cache_env.items():
             assert f"{name}={value}" in text, (path, name)
+
+
+# Each command of docs/issue-48.md's bash blocks, and the test that runs it as written.
+DOCS_COMMANDS = {
+    "chown -R 10001:10001 ~/.cache/huggingface": (
+        "tests/test_fleet_live.py",
+        "test_a_model_cache_a_root_image_filled_is_the_users_after_the_one_time_step",
+    ),
+    "mkdir -p my-fleet": ("tests/test_fleet_manifests.py", "test_the_docs_pages_fleet_kustomization_builds"),
+    "kubectl kustomize my-fleet": (
+        "tests/test_fleet_manifests.py",
+        "test_the_docs_pages_fleet_kustomization_builds",
+    ),
+    "kubectl apply --server-side -k my-fleet": (
+        "tests/test_fleet_control_plane.py",
+        "test_the_docs_pages_fleet_kustomization_applies_to_a_cluster",
+    ),
+    "kubectl get podmonitors": (
+        "tests/test_fleet_control_plane.py",
+        "test_the_docs_pages_fleet_kustomization_applies_to_a_cluster",
+    ),
+    "kube-score score": (
+        "tests/test_fleet_manifests.py",
+        "test_the_docs_pages_kube_score_command_finds_nothing",
+    ),
+}
+
+
+def _covering(command: str) -> tuple[str, str]:
+    return next(test for start, test in DOCS_COMMANDS.items() if command.startswith(start))
+
+
+def test_every_command_of_the_docs_page_is_run_by_a_test() -> None:
+    commands = fleet_checks.docs_commands()
+    assert len(commands) == len(DOCS_COMMANDS)
+    for command in commands:
+        path, name = _covering(command)
+        assert f"def {name}(" in (ROOT / path).read_text(), (command, path, name)
+
+
+def docs_env(tmp_path: Path) -> dict[str, str]:
+    """The environment a reader of the docs has: kubectl and kube-score on the PATH, from a folder beside a
+    checkout's k8s/ (linked here)."""
+    (tmp_path / "k8s").symlink_to(K8S)
+    tools = [str(Path(kubectl()).parent), str(go_tool("kube-score", "kube-score").parent)]
+    return {**os.environ, "PATH": os.pathsep.join([*tools, os.environ["PATH"]])}
+
+
+def test_the_docs_pages_fleet_kustomization_builds(tmp_path: Path) -> None:
+    """The page's kustomization of the tiny model with monitoring, autoscale and inference-pool builds, and
+    prints each kind the page names."""
+    commands = [
+        c
+        for c in fleet_checks.docs_commands()
+        if _covering(c)[1] == "test_the_docs_pages_fleet_kustomization_builds"
+    ]
+    printed = fleet_checks.run_docs_commands(commands, tmp_path, docs_env(tmp_path))
+    kinds = [line.split(":", 1)[1].strip() for line in printed.splitlines()]
+    assert sorted(kinds) == sorted(
+        ["Service", "Deployment", "NetworkPolicy", "PodMonitor", "ScaledObject", "InferencePool"]
+    ), kinds
+
+
+def test_the_docs_pages_kube_score_command_finds_nothing(tmp_path: Path) -> None:
+    commands = [c for c in fleet_checks.docs_commands() if c.startswith("kube-score")]
+    printed = fleet_checks.run_docs_commands(commands, ROOT, docs_env(tmp_path))
+    assert "[CRITICAL]" not in printed, printed

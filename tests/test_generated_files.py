@@ -74,9 +74,9 @@ def test_docker_compose_config(compose_file: Path) -> None:
     raw = next(iter(yaml.safe_load(compose_file.read_text())["services"].values()))
     if "vllm" not in json.loads(result.stdout)["services"]:
         return  # the PD router: checked by the config call alone
-    # /dev/shm as a size (what every format, Kubernetes too, can say); the image's non-root user on a read-only
-    # root, no capability (one added for a non-root user is not effective); locked memory for RDMA through
-    # the memlock limit on GPU servers
+    # /dev/shm as a size (what every format, Kubernetes too, can say); the image's non-root user on a
+    # read-only root, no capability (one added for a non-root user is not effective); locked memory for
+    # RDMA through the memlock limit on GPU servers
     assert "ipc" not in service and int(service["shm_size"]) > 64 * 1024**2
     assert "cap_add" not in service and service["user"] == "10001:10001" and service["read_only"] is True
     assert {mount.split(":", 1)[0] for mount in service["tmpfs"]} >= {"/home/vllm", "/tmp"}
