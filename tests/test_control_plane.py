@@ -179,7 +179,7 @@ def _sample(k8s: Path) -> dict[str, Path]:
     instances of one node and of several), the first in path order: every shape the corpus prints, few
     enough for two minutes."""
     chosen: dict[str, Path] = {}
-    for found in sorted(k8s.glob("*/*/*/**/kustomization.yaml")):
+    for found in sorted(k8s.glob("*/*/*/**/manifest.yaml")):  # a deployment's (not a component's) folder
         folder = found.parent
         parts = folder.relative_to(k8s).parts  # slug, hardware-variant, strategy[, N-nodes]
         layout = list(parts[2:])

@@ -146,16 +146,26 @@ def test_the_hpa_controller_takes_up_the_plain_autoscaler_of_a_deployment_and_of
         deployment = _tiny(project, strategy)
         _apply(plane, _with_components(ROOT / kubernetes.directory(deployment), (autoscale.HPA,)), namespace)
         names.append(kubernetes.object_name(deployment))
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 180  # the controller looks again every 15 s
     while True:
         found = {name: _conditions(plane, namespace, name) for name in names}
-        done = all(c.get("ScalingActive", {}).get("status") == "False" for c in found.values())
+        # (until the LWS controller reports its leaders' selector, the scale has none: InvalidSelector)
+        done = all(c.get("ScalingActive", {}).get("reason") == "FailedGetPodsMetric" for c in found.values())
         if done or time.monotonic() > deadline:
             break
         time.sleep(3)
-    # Their pods were made by the real controllers in a namespace enforcing `restricted`: admitted.
-    pods = plane.items("pods", namespace)
-    assert len(pods) == 3, [p["metadata"]["name"] for p in pods]  # the Deployment's, the LWS's two
+    # Their pods were made by the real controllers in a namespace enforcing `restricted`: admitted (the
+    # Deployment's, the LWS's leader and worker).
+    while len(pods := plane.items("pods", namespace)) < 3 and time.monotonic() < deadline + 60:
+        time.sleep(2)
+    refused = [e["message"] for e in plane.items("events", namespace) if e["reason"] == "FailedCreate"]
+    assert len(pods) == 3 and not refused, ([p["metadata"]["name"] for p in pods], refused[-1:])
+    # The LWS's scale: its groups, and its leaders as the pods a Pods metric is averaged over.
+    lws = names[1]
+    path = f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{namespace}/leaderworkersets/{lws}/scale"
+    scale = json.loads(plane.kubectl("get", "--raw", path))
+    print(f"{lws} scale: {scale['spec']} {scale['status']}")
+    assert scale["spec"]["replicas"] == 1 and "worker-index=0" in scale["status"]["selector"]
     for name, conditions in found.items():
         print(
             name,

@@ -19,7 +19,7 @@ from factory.base.outputs import OutputFile
 from factory.plan.deployment import Deployment
 from factory.plan.fleet import Scaling
 from factory.render.kubernetes import INSTANCE_LABEL, LWS_API, deployable, object_name
-from factory.render.kubernetes.files import component
+from factory.render.kubernetes.files import component, of_deployment
 
 KEDA, HPA = "autoscale", "autoscale-hpa"
 # How Prometheus names a pod label it copies onto a series (prometheus-operator's podTargetLabels).
@@ -40,11 +40,11 @@ def _scale_down(scaling: Scaling) -> dict[str, Any]:
 def scaled_object(deployment: Deployment, scaling: Scaling) -> dict[str, Any]:
     name = object_name(deployment)
     settings, series = scaling.settings, deployment.fleet.metrics.series
-    return {
-        "apiVersion": "keda.sh/v1alpha1",
-        "kind": "ScaledObject",
-        "metadata": {"name": name, "labels": {INSTANCE_LABEL: name}},
-        "spec": {
+    return of_deployment(
+        deployment,
+        "keda.sh/v1alpha1",
+        "ScaledObject",
+        {
             "scaleTargetRef": _target(deployment, scaling),
             "minReplicaCount": settings.min_replicas,
             "maxReplicaCount": settings.max_replicas,
@@ -64,26 +64,25 @@ def scaled_object(deployment: Deployment, scaling: Scaling) -> dict[str, Any]:
                 }
             ],
         },
-    }
+    )
 
 
 def autoscaler(deployment: Deployment, scaling: Scaling) -> dict[str, Any]:
-    name = object_name(deployment)
     settings = scaling.settings
     metric = {"name": deployment.fleet.metrics.series.waiting}
     target = {"type": "AverageValue", "averageValue": str(settings.waiting_per_replica)}
-    return {
-        "apiVersion": "autoscaling/v2",
-        "kind": "HorizontalPodAutoscaler",
-        "metadata": {"name": name, "labels": {INSTANCE_LABEL: name}},
-        "spec": {
+    return of_deployment(
+        deployment,
+        "autoscaling/v2",
+        "HorizontalPodAutoscaler",
+        {
             "scaleTargetRef": _target(deployment, scaling),
             "minReplicas": settings.min_replicas,
             "maxReplicas": settings.max_replicas,
             "metrics": [{"type": "Pods", "pods": {"metric": metric, "target": target}}],
             "behavior": _scale_down(scaling),
         },
-    }
+    )
 
 
 def _unpinned(deployment: Deployment, scaling: Scaling) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from factory.base.errors import InputError
 from factory.base.outputs import OutputFile
 from factory.plan.deployment import Deployment
 from factory.render.kubernetes import INSTANCE_LABEL, SERVES_API, SERVES_LABEL, deployable, object_name
-from factory.render.kubernetes.files import component
+from factory.render.kubernetes.files import component, of_deployment
 
 PART = "inference-pool"
 
@@ -31,11 +31,11 @@ def pool(deployment: Deployment) -> dict[str, Any]:
             field="port",
             value=ports,
         )
-    return {
-        "apiVersion": "inference.networking.k8s.io/v1",
-        "kind": "InferencePool",
-        "metadata": {"name": name, "labels": {INSTANCE_LABEL: name}},
-        "spec": {
+    return of_deployment(
+        deployment,
+        "inference.networking.k8s.io/v1",
+        "InferencePool",
+        {
             "selector": {"matchLabels": {INSTANCE_LABEL: name, SERVES_LABEL: SERVES_API}},
             "targetPorts": [{"number": ports[0]}],
             "endpointPickerRef": {
@@ -44,7 +44,7 @@ def pool(deployment: Deployment) -> dict[str, Any]:
                 "failureMode": picker.failure_mode,
             },
         },
-    }
+    )
 
 
 def files(deployment: Deployment) -> list[OutputFile]:

@@ -10,7 +10,7 @@ from typing import Any
 from factory.base.outputs import OutputFile
 from factory.plan.deployment import Deployment
 from factory.render.kubernetes import INSTANCE_LABEL, SERVES_API, SERVES_LABEL, deployable, object_name
-from factory.render.kubernetes.files import component
+from factory.render.kubernetes.files import component, of_deployment
 
 PART = "monitoring"
 NOTES = [
@@ -22,11 +22,11 @@ NOTES = [
 def pod_monitor(deployment: Deployment) -> dict[str, Any]:
     name = object_name(deployment)
     metrics = deployment.fleet.metrics
-    return {
-        "apiVersion": "monitoring.coreos.com/v1",
-        "kind": "PodMonitor",
-        "metadata": {"name": name, "labels": {INSTANCE_LABEL: name}},
-        "spec": {
+    return of_deployment(
+        deployment,
+        "monitoring.coreos.com/v1",
+        "PodMonitor",
+        {
             "selector": {"matchLabels": {INSTANCE_LABEL: name, SERVES_LABEL: SERVES_API}},
             # the series carry the deployment's name, as the autoscaler's query asks
             "podTargetLabels": [INSTANCE_LABEL],
@@ -34,7 +34,7 @@ def pod_monitor(deployment: Deployment) -> dict[str, Any]:
                 {"port": "http", "path": metrics.path, "interval": f"{metrics.interval_s}s"}
             ],
         },
-    }
+    )
 
 
 def files(deployment: Deployment) -> list[OutputFile]:

@@ -16,10 +16,12 @@ from factory.render.kubernetes.config_map import settings_used
 from factory.render.kubernetes.names import (
     CLAIM_COMPONENT,
     IMAGES_COMPONENT,
+    INSTANCE_LABEL,
     MIN_LWS,
     NETWORK_POLICY_FILE,
     deployable,
     directory,
+    object_name,
 )
 from factory.render.kubernetes.pods import secret_name
 from factory.render.kubernetes.resources import cache_limit
@@ -129,3 +131,10 @@ def component(
         OutputFile(folder / "kustomization.yaml", (header + yaml_text.dump(body)).encode()),
         OutputFile(folder / f"{part}.yaml", (_header(deployment) + _dump(documents)).encode()),
     ]
+
+
+def of_deployment(deployment: Deployment, api_version: str, kind: str, spec: Manifest) -> Manifest:
+    """An object a component adds for the deployment: named as it, labelled with its instance label."""
+    name = object_name(deployment)
+    metadata = {"name": name, "labels": {INSTANCE_LABEL: name}}
+    return {"apiVersion": api_version, "kind": kind, "metadata": metadata, "spec": spec}
