@@ -127,7 +127,7 @@ def container_options(
         if mount["mountPath"] == "/dev/shm" and empty.get("medium") == "Memory":
             shm_size = empty["sizeLimit"].replace("Gi", "g").replace("Mi", "m")
         else:
-            tmpfs[mount["mountPath"]] = "mode=1777"  # a kubelet's emptyDir: every user of the pod writes
+            tmpfs[mount["mountPath"]] = _empty_dir(spec)
     user, security = _security(spec, container)
     healthcheck = _healthcheck(container, pod.ip)
     host_config = client.create_host_config(
@@ -203,6 +203,16 @@ def _security(spec: Mapping[str, Any], container: Mapping[str, Any]) -> tuple[st
         "read_only": security.get("readOnlyRootFilesystem", False),
         "group_add": [str(pod["fsGroup"])] if "fsGroup" in pod else None,
     }
+
+
+def _empty_dir(spec: Mapping[str, Any]) -> str:
+    """A tmpfs the pod's user writes, as it writes a kubelet's emptyDir (made 0777, given to fsGroup). Docker
+    gives a tmpfs over a folder of the image that folder's mode: the tmpfs is given to the user instead, with
+    exec (a kubelet mounts an emptyDir without noexec)."""
+    pod = spec.get("securityContext", {})
+    if "runAsUser" not in pod:
+        return "exec,mode=1777"
+    return f"exec,uid={pod['runAsUser']},gid={pod.get('fsGroup', pod.get('runAsGroup', 0))},mode=0775"
 
 
 def _bytes(quantity: str) -> int:

@@ -114,15 +114,15 @@ def _waits(spec: RunSpec, answers: Mapping[str, Answer], where: str) -> list[dic
     waits = [answers[process] for process in spec.after]
     args = [word for w in waits for word in (w.url, str(w.timeout_s), str(w.interval_s))]
     script = WAIT_SCRIPT.replace("$", "$$")  # Kubernetes reads $$ as $: the shell gets the line as written
-    # The pod's own security and resources: a pod's request is the larger of its init containers' and the
-    # sum of its containers', so this asks for nothing more.
+    # The pod's own security and resources (its GPUs left to the container that uses them): a pod's request
+    # is the larger of its init containers' and the sum of its containers', so this asks for nothing more.
     return [
         {
             "name": WAIT_CONTAINER,
             "image": spec.image,
             "imagePullPolicy": PULL_POLICY,
             "command": ["sh", "-c", script, "wait", *args],
-            "resources": resources(spec),
+            "resources": resources(spec, gpus=False),
             "securityContext": container_context(spec),
         }
     ]

@@ -49,10 +49,11 @@ def gpu_limits(spec: RunSpec) -> dict[str, Any]:
     return {resource: str(spec.gpus)}
 
 
-def resources(spec: RunSpec) -> dict[str, Any]:
+def resources(spec: RunSpec, gpus: bool = True) -> dict[str, Any]:
     """The container's requests and limits: CPU (the catalog's floor plus one per GPU the process drives),
     memory (the floor plus /dev/shm, a memory-backed emptyDir the pod's memory counts), its disk; limits equal
-    to the requests (no CPU limit where the spec's requests say why not), and its GPUs."""
+    to the requests (no CPU limit where the spec's requests say why not), and its GPUs (none for a container
+    that only waits: `gpus` false)."""
     asked: dict[str, str] = {}
     limits: dict[str, str] = {}
     if spec.requests is not None:
@@ -63,7 +64,7 @@ def resources(spec: RunSpec) -> dict[str, Any]:
         limits |= {"cpu": asked["cpu"]} if spec.requests.cpu_limit else {}
         limits["memory"] = asked["memory"]
     asked["ephemeral-storage"] = limits["ephemeral-storage"] = f"{spec.disk_gib}Gi"
-    return {"limits": gpu_limits(spec) | limits, "requests": asked}
+    return {"limits": (gpu_limits(spec) if gpus else {}) | limits, "requests": asked}
 
 
 def replacement(spec: RunSpec) -> dict[str, Any]:
