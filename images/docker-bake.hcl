@@ -67,201 +67,201 @@ target "minimax-m2-5-vllm0-20-2-b200-default" {
   context    = "images/minimax-m2.5/vllm0.20.2-b200-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-b200-default", "${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-b200-default-30850d366c81"]
+  tags       = ["${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-b200-default", "${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-b200-default-fac22cc08a3d"]
 }
 
 target "minimax-m2-5-vllm0-20-2-gb200-default" {
   context    = "images/minimax-m2.5/vllm0.20.2-gb200-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/arm64"]
-  tags       = ["${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-gb200-default", "${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-gb200-default-5317d72944d6"]
+  tags       = ["${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-gb200-default", "${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-gb200-default-567b84dde4c2"]
 }
 
 target "minimax-m2-5-vllm0-20-2-b200-nvfp4" {
   context    = "images/minimax-m2.5/vllm0.20.2-b200-nvfp4"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-b200-nvfp4", "${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-b200-nvfp4-9ea9d9af8c6c"]
+  tags       = ["${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-b200-nvfp4", "${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-b200-nvfp4-1171aea556ee"]
 }
 
 target "minimax-m2-5-vllm0-20-2-gb200-nvfp4" {
   context    = "images/minimax-m2.5/vllm0.20.2-gb200-nvfp4"
   dockerfile = "Dockerfile"
   platforms  = ["linux/arm64"]
-  tags       = ["${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-gb200-nvfp4", "${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-gb200-nvfp4-ef7334ef7c12"]
+  tags       = ["${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-gb200-nvfp4", "${REGISTRY}vllm-factory/minimax-m2.5:vllm0.20.2-gb200-nvfp4-a5705146d0fa"]
 }
 
 target "tiny-random-embedding-vllm0-32-0-cpu-default" {
   context    = "images/tiny-random-embedding/vllm0.32.0-cpu-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/tiny-random-embedding:vllm0.32.0-cpu-default", "${REGISTRY}vllm-factory/tiny-random-embedding:vllm0.32.0-cpu-default-6ed019aef1a3"]
+  tags       = ["${REGISTRY}vllm-factory/tiny-random-embedding:vllm0.32.0-cpu-default", "${REGISTRY}vllm-factory/tiny-random-embedding:vllm0.32.0-cpu-default-c5c589c82211"]
 }
 
 target "tiny-random-embedding-vllm0-32-0-cpu-default-mooncake" {
   context    = "images/tiny-random-embedding/vllm0.32.0-cpu-default-mooncake"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/tiny-random-embedding:vllm0.32.0-cpu-default-mooncake", "${REGISTRY}vllm-factory/tiny-random-embedding:vllm0.32.0-cpu-default-mooncake-5d5be831fad6"]
+  tags       = ["${REGISTRY}vllm-factory/tiny-random-embedding:vllm0.32.0-cpu-default-mooncake", "${REGISTRY}vllm-factory/tiny-random-embedding:vllm0.32.0-cpu-default-mooncake-98063fb064be"]
 }
 
 target "tiny-random-llama-vllm0-32-0-cpu-default" {
   context    = "images/tiny-random-llama/vllm0.32.0-cpu-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default", "${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default-e49899f16604"]
+  tags       = ["${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default", "${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default-61e46c579f48"]
 }
 
 target "tiny-random-llama-vllm0-32-0-cpu-default-mooncake" {
   context    = "images/tiny-random-llama/vllm0.32.0-cpu-default-mooncake"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default-mooncake", "${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default-mooncake-0698a5109d16"]
+  tags       = ["${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default-mooncake", "${REGISTRY}vllm-factory/tiny-random-llama:vllm0.32.0-cpu-default-mooncake-2827dbce9859"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-h100-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-h100-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h100-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h100-default-f51fcf27a116"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h100-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h100-default-01317cb04356"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-h200-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-h200-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h200-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h200-default-f0455a115603"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h200-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-h200-default-75a02dc18d2a"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-b200-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-b200-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b200-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b200-default-1801d847704e"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b200-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b200-default-45f4fe6be9f1"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-b300-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-b300-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b300-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b300-default-85077e2de7ef"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b300-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-b300-default-59c6dd4a2959"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi300x-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-mi300x-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi300x-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi300x-default-f47e35107ebc"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi300x-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi300x-default-2fbd584afa43"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi325x-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-mi325x-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi325x-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi325x-default-33b02f6b2403"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi325x-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi325x-default-4d6d98200076"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi355x-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-mi355x-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi355x-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi355x-default-aa37f8d31165"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi355x-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi355x-default-0445d03cde8c"]
 }
 
 target "kimi-linear-48b-a3b-instruct-vllm0-11-2-mi350x-default" {
   context    = "images/kimi-linear-48b-a3b-instruct/vllm0.11.2-mi350x-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi350x-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi350x-default-c51e6d9b4d2d"]
+  tags       = ["${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi350x-default", "${REGISTRY}vllm-factory/kimi-linear-48b-a3b-instruct:vllm0.11.2-mi350x-default-dca3d47023ac"]
 }
 
 target "stable-diffusion-3-5-vllm0-12-0-h100-default" {
   context    = "images/stable-diffusion-3.5/vllm0.12.0-h100-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-default", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-default-0c50c3f9c968"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-default", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-default-8cee176d0688"]
 }
 
 target "stable-diffusion-3-5-vllm0-12-0-h200-default" {
   context    = "images/stable-diffusion-3.5/vllm0.12.0-h200-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-default", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-default-f56b0edd734d"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-default", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-default-9123fc6e6fe8"]
 }
 
 target "stable-diffusion-3-5-vllm0-12-0-b200-default" {
   context    = "images/stable-diffusion-3.5/vllm0.12.0-b200-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-default", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-default-4cc2fb29adf0"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-default", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-default-08fe23fcd8c0"]
 }
 
 target "stable-diffusion-3-5-vllm0-12-0-b300-default" {
   context    = "images/stable-diffusion-3.5/vllm0.12.0-b300-default"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-default", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-default-ddc8bdc04a6f"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-default", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-default-c7c5ec76bd76"]
 }
 
 target "stable-diffusion-3-5-vllm0-12-0-h100-large" {
   context    = "images/stable-diffusion-3.5/vllm0.12.0-h100-large"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-large", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-large-0e63514de74a"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-large", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-large-1b20275e9b20"]
 }
 
 target "stable-diffusion-3-5-vllm0-12-0-h200-large" {
   context    = "images/stable-diffusion-3.5/vllm0.12.0-h200-large"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-large", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-large-978dc069d987"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-large", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-large-e45cf84d2479"]
 }
 
 target "stable-diffusion-3-5-vllm0-12-0-b200-large" {
   context    = "images/stable-diffusion-3.5/vllm0.12.0-b200-large"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-large", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-large-0f5a62becc16"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-large", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-large-86d4abac98da"]
 }
 
 target "stable-diffusion-3-5-vllm0-12-0-b300-large" {
   context    = "images/stable-diffusion-3.5/vllm0.12.0-b300-large"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-large", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-large-a40347207f7e"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-large", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-large-66800a39c2a8"]
 }
 
 target "stable-diffusion-3-5-vllm0-12-0-h100-large_turbo" {
   context    = "images/stable-diffusion-3.5/vllm0.12.0-h100-large_turbo"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-large_turbo", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-large_turbo-f0d6b69b97e5"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-large_turbo", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h100-large_turbo-6c369ce70b3b"]
 }
 
 target "stable-diffusion-3-5-vllm0-12-0-h200-large_turbo" {
   context    = "images/stable-diffusion-3.5/vllm0.12.0-h200-large_turbo"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-large_turbo", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-large_turbo-2c9b7e4a5bbd"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-large_turbo", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-h200-large_turbo-fb9cb5688392"]
 }
 
 target "stable-diffusion-3-5-vllm0-12-0-b200-large_turbo" {
   context    = "images/stable-diffusion-3.5/vllm0.12.0-b200-large_turbo"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-large_turbo", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-large_turbo-5c9e422ce06c"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-large_turbo", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b200-large_turbo-e24a0bd5caa3"]
 }
 
 target "stable-diffusion-3-5-vllm0-12-0-b300-large_turbo" {
   context    = "images/stable-diffusion-3.5/vllm0.12.0-b300-large_turbo"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-large_turbo", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-large_turbo-b04c3853c222"]
+  tags       = ["${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-large_turbo", "${REGISTRY}vllm-factory/stable-diffusion-3.5:vllm0.12.0-b300-large_turbo-e06caae540e6"]
 }
 
 target "vllm-router-0-1-17" {
   context    = "images/vllm-router/0.1.17"
   dockerfile = "Dockerfile"
   platforms  = ["linux/amd64"]
-  tags       = ["${REGISTRY}vllm-factory/vllm-router:0.1.17", "${REGISTRY}vllm-factory/vllm-router:0.1.17-72bc5d16bacc"]
+  tags       = ["${REGISTRY}vllm-factory/vllm-router:0.1.17", "${REGISTRY}vllm-factory/vllm-router:0.1.17-391718598027"]
 }

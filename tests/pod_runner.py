@@ -21,11 +21,19 @@ import docker
 from factory.engine.connect import OWNER_LABEL
 from tests import kubernetes_checks as checks
 
-POD_FIELDS = {"nodeSelector", "initContainers", "containers", "volumes", "enableServiceLinks"}
-INIT_FIELDS = {"name", "image", "command", "args", "env"}
+POD_FIELDS = {
+    "nodeSelector",
+    "initContainers",
+    "containers",
+    "volumes",
+    "enableServiceLinks",
+    "securityContext",
+}
+INIT_FIELDS = {"name", "image", "imagePullPolicy", "command", "args", "env", "resources", "securityContext"}
 CONTAINER_FIELDS = {
     "name",
     "image",
+    "imagePullPolicy",  # the engine has the image: IfNotPresent
     "command",
     "args",
     "env",
@@ -37,7 +45,18 @@ CONTAINER_FIELDS = {
     "readinessProbe",
     "livenessProbe",
 }
-SECURITY_FIELDS = {"capabilities", "seccompProfile"}
+SECURITY_FIELDS = {"capabilities", "seccompProfile", "allowPrivilegeEscalation", "readOnlyRootFilesystem"}
+# The pod's: its user and group, fsGroup (the group its volumes are given: the container's supplementary
+# group here, each emptyDir a tmpfs any user may write, as a kubelet makes one), its seccomp profile.
+POD_SECURITY_FIELDS = {
+    "runAsNonRoot",
+    "runAsUser",
+    "runAsGroup",
+    "fsGroup",
+    "fsGroupChangePolicy",
+    "seccompProfile",
+}
+RESOURCES = {"cpu", "memory", "ephemeral-storage"}  # ephemeral storage: the kubelet's eviction, not mapped
 ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
 
 
@@ -85,8 +104,8 @@ def container_options(
         raise UnmappedField("one container per pod is mapped")
     container = spec["containers"][0]
     _refuse_unknown(container, CONTAINER_FIELDS, "container")
-    if any(amount for amount in container.get("resources", {}).get("limits", {}).values()):
-        raise UnmappedField(f"resources: {container['resources']} (no GPU here)")
+    limits = container.get("resources", {}).get("limits", {})
+    _refuse_unknown(limits, RESOURCES, "resources (no GPU here)")
     env = checks.container_environment(container, pod.injected, {"status.podIP": pod.ip}, sources)
     command = [checks.expand(word, env.get) for word in container.get("command", [])]
     args = [checks.expand(word, env.get) for word in container.get("args", [])]
@@ -108,18 +127,16 @@ def container_options(
         if mount["mountPath"] == "/dev/shm" and empty.get("medium") == "Memory":
             shm_size = empty["sizeLimit"].replace("Gi", "g").replace("Mi", "m")
         else:
-            tmpfs[mount["mountPath"]] = ""
-    security = container.get("securityContext", {})
-    _refuse_unknown(security, SECURITY_FIELDS, "securityContext")
-    _refuse_unknown(security.get("capabilities", {}), {"add"}, "capabilities")
-    security_opt = ["seccomp=unconfined"] if security.get("seccompProfile") == {"type": "Unconfined"} else []
+            tmpfs[mount["mountPath"]] = _empty_dir(spec)
+    user, security = _security(spec, container)
     healthcheck = _healthcheck(container, pod.ip)
     host_config = client.create_host_config(
         shm_size=shm_size,
-        cap_add=security.get("capabilities", {}).get("add"),
-        security_opt=security_opt or None,
         tmpfs=tmpfs or None,
         binds=binds or None,
+        mem_limit=_bytes(limits["memory"]) if "memory" in limits else None,
+        nano_cpus=int(float(limits["cpu"]) * 1e9) if "cpu" in limits else None,
+        **security,
     )
     endpoint = client.create_endpoint_config(ipv4_address=pod.ip, aliases=[pod.name, *pod.aliases])
     return {
@@ -128,6 +145,7 @@ def container_options(
         "command": args,
         "environment": env,
         "hostname": pod.name,
+        "user": user,
         "labels": {OWNER_LABEL: label},
         "healthcheck": healthcheck,
         "host_config": host_config,
@@ -141,6 +159,8 @@ def init_options(pod: Pod, network: str, client: docker.APIClient, label: str) -
     found = []
     for init in pod.template["spec"].get("initContainers", []):
         _refuse_unknown(init, INIT_FIELDS, "initContainer")
+        _refuse_unknown(init.get("resources", {}).get("limits", {}), RESOURCES, "initContainer resources")
+        user, security = _security(pod.template["spec"], init)
         env = checks.container_environment(init, pod.injected, {"status.podIP": pod.ip}, {})
         words = [checks.expand(word, env.get) for word in [*init.get("command", []), *init.get("args", [])]]
         endpoint = client.create_endpoint_config(ipv4_address=pod.ip, aliases=[pod.name])
@@ -151,11 +171,55 @@ def init_options(pod: Pod, network: str, client: docker.APIClient, label: str) -
                 "command": words[1:],
                 "environment": env,
                 "hostname": pod.name,
+                "user": user,
                 "labels": {OWNER_LABEL: label},
+                "host_config": client.create_host_config(**security),
                 "networking_config": client.create_networking_config({network: endpoint}),
             }
         )
     return found
+
+
+def _security(spec: Mapping[str, Any], container: Mapping[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    """(the user, the host config's security arguments) of a container of the pod: its user and group (and
+    fsGroup as a supplementary group), a read-only root, capabilities dropped and added, no new privileges,
+    the seccomp profile."""
+    pod = spec.get("securityContext", {})
+    _refuse_unknown(pod, POD_SECURITY_FIELDS, "pod securityContext")
+    security = container.get("securityContext", {})
+    _refuse_unknown(security, SECURITY_FIELDS, "securityContext")
+    capabilities = security.get("capabilities", {})
+    _refuse_unknown(capabilities, {"add", "drop"}, "capabilities")
+    if pod.get("runAsNonRoot") and pod.get("runAsUser", 1) == 0:
+        raise UnmappedField("runAsNonRoot with runAsUser 0: the kubelet refuses to start it")
+    user = f"{pod['runAsUser']}:{pod.get('runAsGroup', 0)}" if "runAsUser" in pod else None
+    profile = security.get("seccompProfile") or pod.get("seccompProfile")
+    options = ["seccomp=unconfined"] if profile == {"type": "Unconfined"} else []
+    options += ["no-new-privileges"] if security.get("allowPrivilegeEscalation") is False else []
+    return user, {
+        "cap_add": capabilities.get("add"),
+        "cap_drop": capabilities.get("drop"),
+        "security_opt": options or None,
+        "read_only": security.get("readOnlyRootFilesystem", False),
+        "group_add": [str(pod["fsGroup"])] if "fsGroup" in pod else None,
+    }
+
+
+def _empty_dir(spec: Mapping[str, Any]) -> str:
+    """A tmpfs the pod's user writes, as it writes a kubelet's emptyDir (made 0777, given to fsGroup). Docker
+    gives a tmpfs over a folder of the image that folder's mode: the tmpfs is given to the user instead, with
+    exec (a kubelet mounts an emptyDir without noexec)."""
+    pod = spec.get("securityContext", {})
+    if "runAsUser" not in pod:
+        return "exec,mode=1777"
+    return f"exec,uid={pod['runAsUser']},gid={pod.get('fsGroup', pod.get('runAsGroup', 0))},mode=0775"
+
+
+def _bytes(quantity: str) -> int:
+    """A Kubernetes memory quantity (6Gi, 512Mi) in bytes."""
+    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+    unit = quantity[-2:]
+    return int(quantity[:-2]) * units[unit] if unit in units else int(quantity)
 
 
 def _config_file(

@@ -74,9 +74,12 @@ def test_docker_compose_config(compose_file: Path) -> None:
     raw = next(iter(yaml.safe_load(compose_file.read_text())["services"].values()))
     if "vllm" not in json.loads(result.stdout)["services"]:
         return  # the PD router: checked by the config call alone
-    # /dev/shm as a size and locked memory through IPC_LOCK: what every format (Kubernetes too) can say
+    # /dev/shm as a size (what every format, Kubernetes too, can say); the image's non-root user on a
+    # read-only root, no capability (one added for a non-root user is not effective); locked memory for
+    # RDMA through the memlock limit on GPU servers
     assert "ipc" not in service and int(service["shm_size"]) > 64 * 1024**2
-    assert service["cap_add"] == ["IPC_LOCK"] and "memlock" not in service["ulimits"]
+    assert "cap_add" not in service and service["user"] == "10001:10001" and service["read_only"] is True
+    assert {mount.split(":", 1)[0] for mount in service["tmpfs"]} >= {"/home/vllm", "/tmp"}
     if "network_mode" not in service:
         assert service["ports"][0]["host_ip"] == "127.0.0.1", "the API is published on loopback by default"
     assert "auto" not in service["command"]
@@ -85,6 +88,8 @@ def test_docker_compose_config(compose_file: Path) -> None:
     else:
         assert service["healthcheck"]["test"][-1].endswith("/health")
     hardware = compose_file.relative_to(ROOT / "compose").parts[1].split("-")[0]
+    memlock = service["ulimits"].get("memlock")
+    assert memlock == (None if hardware == "cpu" else -1), "RDMA's locked memory on GPU servers only"
     if hardware.startswith("mi"):
         assert {d["source"] for d in service["devices"]} == {"/dev/kfd", "/dev/dri"}
         assert "video" in service["group_add"] and "109" in service["group_add"]

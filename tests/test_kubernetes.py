@@ -26,7 +26,7 @@ from factory.blueprint import plan_recipe
 from factory.plan.deployment import Deployment, NodeRole
 from factory.plan.router import router_image
 from factory.project import Project, load_project
-from factory.render import compose, kubernetes
+from factory.render import compose, kubernetes, network_policy
 from tests import kubernetes_checks as checks
 from tests.conftest import KIMI, ROOT, TINY, blueprint_of, kubectl, run_factory
 from tests.manifest_records import as_generated, on_disk, recording
@@ -159,7 +159,8 @@ def test_with_hybrid_load_balancing_the_service_selects_every_rank(project: Proj
     worker = _kind(documents, "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]["workerTemplate"]
     container = worker["spec"]["containers"][0]
     assert "readinessProbe" in container
-    assert container["resources"]["limits"] == {"nvidia.com/gpu": "8"}
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "8"
+    assert "cpu" not in container["resources"]["limits"], "no CPU quota on a process that feeds GPUs"
     # the start rank is index x 8: computed by the fixed shell line, the recipe's values its arguments
     assert container["command"][:3] == ["sh", "-c", kubernetes.RANK_SCRIPT.replace("$", "$$")]
 
@@ -171,7 +172,7 @@ def test_a_one_node_deployment_is_a_deployment_with_its_gpus_secret_and_architec
     pod = _kind(documents, "Deployment")["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert pod["nodeSelector"] == {"kubernetes.io/arch": "arm64"}, "Grace trays are arm64"
-    assert list(container["resources"]["limits"]) == ["nvidia.com/gpu"]
+    assert list(container["resources"]["limits"]) == ["nvidia.com/gpu", "memory", "ephemeral-storage"]
     token = next(e for e in container["env"] if e["name"] == "HF_TOKEN")
     assert token == {
         "name": "HF_TOKEN",
@@ -191,7 +192,8 @@ def test_a_one_node_deployment_is_a_deployment_with_its_gpus_secret_and_architec
 def test_pods_ask_for_cpu_memory_and_the_disk_of_the_model_they_download(project: Project) -> None:
     """Requests from the catalog and the model, not one constant: a CPU per GPU driven beside the catalog's
     floor, /dev/shm counted as memory, and the model cache sized from the checkpoint (the recipe's VRAM
-    figure / 1.2, SCHEMA.md's formula) as the emptyDir's limit and the disk asked for."""
+    figure / 1.2, SCHEMA.md's formula) as the emptyDir's limit; the disk asked for is every disk-backed
+    emptyDir's limit (the cache, HOME's compile caches, /tmp) and the room for logs, requested and limited."""
     recipe = project.tree.recipe(KIMI).recipe
     vram = recipe.variants["default"].vram_minimum_gb
     assert vram is not None
@@ -202,14 +204,24 @@ def test_pods_ask_for_cpu_memory_and_the_disk_of_the_model_they_download(project
     assert floor is not None
     assert asked["cpu"] == str(floor.cpu + 8) and asked["memory"] == f"{floor.memory_gib + 16}Gi"
     cache = next(v for v in pod["volumes"] if v["name"] == "model-cache")["emptyDir"]["sizeLimit"]
-    assert asked["ephemeral-storage"] == cache
+    disk = sum(
+        int(v["emptyDir"]["sizeLimit"].removesuffix("Gi"))
+        for v in pod["volumes"]
+        if "emptyDir" in v and v["emptyDir"].get("medium") != "Memory"
+    )
+    log_room = project.catalog.server.log_room_gib
+    assert asked["ephemeral-storage"] == f"{disk + log_room}Gi"
+    assert pod["containers"][0]["resources"]["limits"]["ephemeral-storage"] == asked["ephemeral-storage"]
     weights_gib = vram / 1.2 * 1e9 / 2**30
     assert weights_gib < int(cache.removesuffix("Gi")) <= weights_gib * 1.25 + 2, cache
-    # The tiny model is in its image: no cache to size, and the CPU backend's own floor.
+    # The tiny model is in its image: its cache sized from the model files in the tree (a few MB: 1Gi), and
+    # the CPU backend's own floor, its CPU limited as asked.
     tiny = kubernetes.objects(blueprint_of(project, TINY, "cpu").deployment("single_node_tp"))
     tiny_pod = _kind(tiny, "Deployment")["spec"]["template"]["spec"]
-    assert "ephemeral-storage" not in tiny_pod["containers"][0]["resources"]["requests"]
-    assert all("sizeLimit" not in v["emptyDir"] for v in tiny_pod["volumes"] if v["name"] == "model-cache")
+    tiny_cache = next(v for v in tiny_pod["volumes"] if v["name"] == "model-cache")["emptyDir"]
+    assert tiny_cache == {"sizeLimit": "1Gi"}
+    tiny_resources = tiny_pod["containers"][0]["resources"]
+    assert tiny_resources["limits"] == tiny_resources["requests"]
 
 
 def test_a_setting_with_no_pod_value_is_refused_naming_it(project: Project) -> None:
@@ -383,7 +395,8 @@ def test_kubectl_kustomize_renders_every_kustomization_and_the_output_validates(
             )
             assert result.returncode == 0, (folder, result.stderr)
             rendered = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
-            assert len(rendered) == len(_documents(folder / "manifest.yaml"))
+            policies = _documents(folder / kubernetes.NETWORK_POLICY_FILE)
+            assert len(rendered) == len(_documents(folder / "manifest.yaml")) + len(policies)
             for doc in rendered:
                 assert checks.core_problems(doc, checks.KUBERNETES_VERSIONS[-1]) == [], folder
                 if doc["kind"] == "LeaderWorkerSet":
@@ -622,7 +635,7 @@ def test_a_pd_deployment_is_an_lws_per_pool_and_the_router_behind_the_service(
         leader = dict(checks.pod_templates(one))["leader"]["spec"]["containers"][0]
         env = {e["name"]: e for e in leader["env"]}
         assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
-        assert leader["resources"]["limits"] == {"nvidia.com/gpu": "8"}
+        assert leader["resources"]["limits"]["nvidia.com/gpu"] == "8"
         # compose splits or names the node's GPUs; a pod sees only its own, numbered from 0
         assert "CUDA_VISIBLE_DEVICES" not in env
     assert checks.address_problems(documents) == []
@@ -679,12 +692,14 @@ def test_pd_manifests_validate_against_every_lws_release_kubernetes_and_kustomiz
     shutil.copytree(K8S / kubernetes.IMAGES_COMPONENT.name, tmp_path / kubernetes.IMAGES_COMPONENT)
     (folder / "manifest.yaml").write_text(kubernetes.render(pd))
     (folder / "kustomization.yaml").write_text(kubernetes.kustomization(pd))
+    for policy in network_policy.files(pd):
+        (tmp_path / policy.path).write_bytes(policy.content)
     result = subprocess.run(
         [_kubectl(), "kustomize", str(folder)], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stderr
     rendered = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
-    assert len(rendered) == len(documents)
+    assert len(rendered) == len(documents) + len(network_policy.policies(pd))
     images = {
         c["image"] for d in rendered for _, t in checks.pod_templates(d) for c in t["spec"]["containers"]
     }

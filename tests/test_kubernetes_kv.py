@@ -120,7 +120,10 @@ def test_the_store_asks_for_the_memory_its_segment_and_buffer_pin(project: Proje
     floor = project.catalog.mooncake.store.requests
     assert floor is not None and floor.memory_gib == 4
     store = _named(kubernetes.objects(deployment), kubernetes.unit_names(deployment)["store"])
-    assert _container(store)["resources"]["requests"] == {"cpu": "2", "memory": "5Gi"}
+    resources = _container(store)["resources"]
+    # (and its disk: /tmp and its filled config, 1 GiB each, and 1 GiB for its logs)
+    assert resources["requests"] == {"cpu": "2", "memory": "5Gi", "ephemeral-storage": "3Gi"}
+    assert resources["limits"] == resources["requests"], "limited as asked: the memory it pins, no more"
 
 
 def _instance_memory(deployment: Deployment) -> str:

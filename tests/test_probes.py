@@ -27,6 +27,12 @@ NVIDIA_ENGINE = replace(CPU_ENGINE, runtimes=(*CPU_ENGINE.runtimes, "nvidia"))
 RUNS_HERE = GpuAccess(True, "CPU backend: no GPU needed")
 
 
+# Every image's: the server's user, its read-only root, the fleet's metric series (after the API's).
+FLEET = ["live:non-root", "live:read-only-root", "live:metrics"]
+CHAT = ["live:health", "live:models", "live:chat", "live:deterministic", *FLEET]
+EMBED = ["live:health", "live:models", *FLEET, "live:embeddings"]
+
+
 def runs(decisions: list[Decision]) -> list[str]:
     return [d.probe.name for d in decisions if d.check is not None]
 
@@ -37,13 +43,13 @@ def skipped(decisions: list[Decision]) -> dict[str, str]:
 
 def test_the_embedding_image_runs_its_embeddings_probe_here_and_no_chat_probe(project: Project) -> None:
     decisions = checklist.decide(Offer.of(blueprint_of(project, EMBEDDING, "cpu"), CPU_ENGINE, True))
-    assert runs(decisions) == ["live:health", "live:models", "live:embeddings"]
+    assert runs(decisions) == EMBED
     assert skipped(decisions) == {}
 
 
 def test_the_tiny_chat_image_runs_the_chat_probes_here_and_not_embeddings(project: Project) -> None:
     decisions = checklist.decide(Offer.of(blueprint_of(project, TINY, "cpu"), CPU_ENGINE, True))
-    assert runs(decisions) == ["live:health", "live:models", "live:chat", "live:deterministic"]
+    assert runs(decisions) == CHAT
 
 
 def test_a_gpu_image_runs_where_the_engine_has_its_vendors_runtime_and_is_skipped_elsewhere(
@@ -52,10 +58,10 @@ def test_a_gpu_image_runs_where_the_engine_has_its_vendors_runtime_and_is_skippe
     h200 = blueprint_of(project, KIMI, "h200")
     here = checklist.decide(Offer.of(h200, CPU_ENGINE, True))
     assert runs(here) == []
-    assert set(skipped(here)) == {"live:health", "live:models", "live:chat", "live:deterministic"}
+    assert set(skipped(here)) == set(CHAT)
     assert all("no nvidia container runtime for NVIDIA GPUs" in why for why in skipped(here).values())
     there = checklist.decide(Offer.of(h200, NVIDIA_ENGINE, True))
-    assert runs(there) == ["live:health", "live:models", "live:chat", "live:deterministic"]
+    assert runs(there) == CHAT
 
 
 def test_an_image_whose_static_checks_failed_starts_no_server(project: Project) -> None:
@@ -73,15 +79,15 @@ def test_an_image_with_no_one_node_deployment_starts_no_server() -> None:
 @pytest.mark.parametrize(
     ("tasks", "run", "no_check"),
     [
-        ([], ["live:health", "live:models", "live:chat", "live:deterministic"], []),
-        (["text"], ["live:health", "live:models", "live:chat", "live:deterministic"], []),
-        (["embedding"], ["live:health", "live:models", "live:embeddings"], []),
+        ([], CHAT, []),
+        (["text"], CHAT, []),
+        (["embedding"], EMBED, []),
         (
             ["multimodal"],
-            ["live:health", "live:models", "live:chat", "live:deterministic"],
+            CHAT,
             ["live:image-input"],
         ),
-        (["omni"], ["live:health", "live:models"], ["live:omni-task"]),
+        (["omni"], ["live:health", "live:models", *FLEET], ["live:omni-task"]),
     ],
 )
 def test_probes_are_chosen_from_the_recipes_tasks_and_run_where_a_check_is_written(

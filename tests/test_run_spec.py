@@ -23,7 +23,7 @@ import yaml
 from factory.base.tools import compose_binary
 from factory.blueprint import plan_recipe
 from factory.blueprint.select import select
-from factory.catalog.schema import GpuRequest, PodRequests, Secret, Volume
+from factory.catalog.schema import GpuRequest, Liveness, PodRequests, Secret, Volume, Writable
 from factory.plan.deployment import Deployment
 from factory.plan.runspec import ConfigMount, FromIndex, RunSpec
 from factory.project import Project, load_project
@@ -69,6 +69,12 @@ MUTATIONS: dict[str, Callable[[RunSpec], Any]] = {
     ),
     "after": lambda spec: (*spec.after, "store"),
     "rpc_port": lambda spec: (spec.rpc_port or 50051) + 1,
+    "cache_basis": lambda spec: "another basis",
+    "user": lambda spec: spec.user.model_copy(update={"uid": spec.user.uid + 1}),
+    "read_only_root": lambda spec: not spec.read_only_root,
+    "writable": lambda spec: (*spec.writable, Writable(name="x", target="/x", what="x", size_gib=2)),
+    "liveness": lambda spec: Liveness(interval_s=7, timeout_s=3, failures=2),
+    "disk_gib": lambda spec: spec.disk_gib + 5,
 }
 
 
@@ -137,13 +143,16 @@ def test_a_change_to_the_spec_reaches_every_format_that_can_express_it(
 
 
 def test_formats_decide_no_run_option_of_their_own(project: Project) -> None:
-    """The compose file holds exactly what the spec says: shared memory, capabilities, ulimits, the probe."""
+    """The compose file holds exactly what the spec says: shared memory, capabilities, the user, a read-only
+    root, ulimits, the probe."""
     deployment = tiny_single(project)
     spec = deployment.spec(deployment.roles[0])
     service = yaml.safe_load(_compose(deployment))["services"]["vllm"]
     assert service["shm_size"] == spec.shm_size == "2g"
     assert "ipc" not in service, "a /dev/shm size, not the host's IPC namespace: every format can say it"
-    assert service["cap_add"] == ["IPC_LOCK"] == list(spec.capabilities)
+    # No capability: the process runs as the image's non-root user, for whom one added is not effective.
+    assert "cap_add" not in service and spec.capabilities == ()
+    assert service["user"] == spec.user.ids == "10001:10001" and service["read_only"] is True
     assert service["ulimits"] == dict(spec.ulimits) and "memlock" not in service["ulimits"]
     assert spec.probe is not None
     assert service["healthcheck"]["test"] == ["CMD", *spec.probe.command("127.0.0.1")]
@@ -335,6 +344,9 @@ def _inspected(attrs: dict[str, Any]) -> dict[str, Any]:
         # compose spells a capability as the kernel does (CAP_IPC_LOCK), the SDK as given: one capability
         "capabilities": [name.removeprefix("CAP_") for name in host["CapAdd"] or []],
         "security options": host["SecurityOpt"],
+        "user": config["User"],
+        "read-only root": host["ReadonlyRootfs"],
+        "tmpfs": host["Tmpfs"],
         "mount targets": sorted(mount["Destination"] for mount in attrs["Mounts"]),
         "health check": config["Healthcheck"],
         "exposed port": sorted(config.get("ExposedPorts") or {}),
@@ -369,7 +381,9 @@ def test_validation_starts_the_container_the_compose_file_ships(
     finally:
         subprocess.run([*run, "down", "--timeout", "5"], capture_output=True, env=env, timeout=300)
     assert ours == theirs, {key: (ours[key], theirs[key]) for key in ours if ours[key] != theirs[key]}
-    assert ours["shm"] == 2 * 1024**3 and ours["capabilities"] == ["IPC_LOCK"]
+    assert ours["shm"] == 2 * 1024**3 and ours["capabilities"] == []
+    assert ours["user"] == "10001:10001" and ours["read-only root"] is True
+    assert sorted(ours["tmpfs"]) == ["/home/vllm", "/tmp"]
     assert ours["published to"] == ["127.0.0.1"]
     # The listed differences are the only ones: the cache's source, the host port, the labels.
     assert {d.field for d in container.DIFFERENCES} >= {"volumes", "port", "labels"}

@@ -47,7 +47,15 @@ def test_the_cpu_image_serves_a_real_chat_completion(
     statuses = {case.name: case.status for case in report.cases}
     assert report.fully_validated, report.cases
     live = [probe.name for probe in checklist.chosen(tiny_plan(project).image.tasks)]
-    assert live == ["live:health", "live:models", "live:chat", "live:deterministic"]
+    assert live == [
+        "live:health",
+        "live:models",
+        "live:chat",
+        "live:deterministic",
+        "live:non-root",
+        "live:read-only-root",
+        "live:metrics",
+    ]
     for name in ("static:vllm-version", "static:pinned-env", *live):
         assert statuses[name] == "passed", name
     # cases are named by deployment and process, not by a format's file
@@ -87,6 +95,9 @@ def test_the_embedding_image_shares_the_chat_images_layers_and_serves_vectors_of
     assert [name for name in cases if name.startswith("live:")] == [
         "live:health",
         "live:models",
+        "live:non-root",
+        "live:read-only-root",
+        "live:metrics",
         "live:embeddings",
     ]
     assert all(cases[name]["status"] == "passed" for name in cases), report["cases"]
@@ -110,6 +121,9 @@ def test_when_health_fails_the_probes_after_it_are_skipped_not_run(
         ("live:models", "skipped"),
         ("live:chat", "skipped"),
         ("live:deterministic", "skipped"),
+        ("live:non-root", "skipped"),
+        ("live:read-only-root", "skipped"),
+        ("live:metrics", "skipped"),
     ]
     assert "timed out after 3 s" in report.cases[0].detail
     assert {case.detail for case in report.cases[1:]} == {"not run: live:health failed"}

@@ -13,8 +13,10 @@ from factory.lock.pins import pinned_vllm
 from factory.lock.router import PLATFORM as ROUTER_PLATFORM
 from factory.lockfile.model import Release
 from factory.plan import naming
+from factory.plan.cache import model_cache
 from factory.plan.commands import PlannedCommands, common_env, default_command, plan_commands
 from factory.plan.deployment import Deployment, Skipped
+from factory.plan.fleet import plan_fleet
 from factory.plan.hashing import hashed_context
 from factory.plan.images import kv_image_spec, locked_release, plan_image_spec, weights_of
 from factory.plan.kv import plan_kv
@@ -138,15 +140,7 @@ def finish(
     image, image_files = hashed_context(spec, loaded.bundled_model_dir)
     image = _published(project, image)
     vendor = project.catalog.vendors[image.vendor]
-    run = Run(
-        vendor=vendor,
-        server=server,
-        router=project.catalog.router,
-        gpus_per_node=image.gpus_per_node,
-        start_period_s=image.start_period_s,
-        # a model the image carries is not downloaded: no cache to size
-        weights_gb=None if image.bundled_model_src else image.weights_gb,
-    )
+    run = _run(project, loaded, image, vendor)
     deployments = tuple(_deployment(project, image, vendor, run, p) for p in planned)
     return Blueprint(
         image=image,
@@ -173,15 +167,7 @@ def finish_kv(
     image = _published(project, image)
     vendor = plain.vendor
     mooncake = vendor.mooncake or Mooncake(install="amd")  # no wheel: the image says it is not buildable
-    run = Run(
-        vendor=vendor,
-        server=plain.server,
-        router=project.catalog.router,
-        mooncake=project.catalog.mooncake,
-        gpus_per_node=image.gpus_per_node,
-        start_period_s=image.start_period_s,
-        weights_gb=None if image.bundled_model_src else image.weights_gb,
-    )
+    run = _run(project, loaded, image, vendor).model_copy(update={"mooncake": project.catalog.mooncake})
     deployments = []
     for kv in commands:
         planned = plan_kv(project, loaded, kv, plain.judged.version, image.weights, mooncake)
@@ -207,6 +193,7 @@ def finish_kv(
                 deviations=list(planned.deviations),
                 recommended=False,
                 run=groups,
+                fleet=plan_fleet(project.catalog.fleet, "kv_store_lb", kv.node_count),
             )
         )
     return Blueprint(
@@ -253,8 +240,24 @@ def _deployment(
         deviations=list(planned.deviations),
         recommended=combo.recommended,
         run=groups,
+        fleet=plan_fleet(project.catalog.fleet, planned.deploy_type, combo.node_count),
         kv_offload=combo.kv_offload,
         kv_offload_notes=offload_notes(combo.kv_offload, option) if combo.kv_offload and option else (),
+    )
+
+
+def _run(project: Project, loaded: LoadedRecipe, image: ImagePlan, vendor: Vendor) -> Run:
+    """What every process of the image has in common, from the catalog, and its model cache's size."""
+    server = project.catalog.server
+    cache_gb, basis = model_cache(image.weights_gb, loaded.bundled_model_dir, server.model_cache_default_gb)
+    return Run(
+        vendor=vendor,
+        server=server,
+        router=project.catalog.router,
+        gpus_per_node=image.gpus_per_node,
+        start_period_s=image.start_period_s,
+        cache_gb=cache_gb,
+        cache_basis=basis,
     )
 
 

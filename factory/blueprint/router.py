@@ -44,6 +44,8 @@ def _alone(project: Project, image: RouterImage) -> RunSpec:
         router=catalog.router,
         gpus_per_node=0,
         start_period_s=catalog.router.start_period_s,
+        cache_gb=0.0,  # the router holds no model
+        cache_basis="the router holds no model",
     )
     labels = {"ai.vllm.factory.component": "router"}
     args = list(ALONE_ARGS)

@@ -56,6 +56,10 @@ def _checked(catalog: Catalog, path: Path) -> Catalog:
                 file=path,
                 field=f"hardware.{name}.base_image",
             )
+    folders = [folder.name for folder in catalog.server.writable]
+    for name, vendor in catalog.vendors.items():
+        for folder in vendor.writable_gib:
+            _named(folder, folders, path, f"vendors.{name}.writable_gib.{folder}", "writable folder")
     for name, install in catalog.installs.items():
         for position, use in enumerate(install.indexes):
             where = f"installs.{name}.indexes[{position}].index"

@@ -7,6 +7,7 @@ from typing import Literal
 from packaging.specifiers import SpecifierSet
 
 from factory.base.models import Count, Strict
+from factory.catalog.fleet import Fleet
 from factory.catalog.platform import Platform
 from factory.catalog.releases import (
     DeviationRule,
@@ -17,6 +18,8 @@ from factory.catalog.releases import (
     TorchSource,
 )
 from factory.catalog.serving import (
+    ImageUser,
+    Liveness,
     MooncakeProcess,
     MooncakeProcesses,
     PodRequests,
@@ -24,12 +27,16 @@ from factory.catalog.serving import (
     Secret,
     Server,
     Volume,
+    Writable,
 )
 from factory.catalog.sourced import Sourced
 
 __all__ = [
     "DeviationRule",
+    "Fleet",
+    "ImageUser",
     "KnownBadPin",
+    "Liveness",
     "MooncakeProcess",
     "MooncakeProcesses",
     "OmniCatalog",
@@ -41,6 +48,7 @@ __all__ = [
     "Server",
     "TorchSource",
     "Volume",
+    "Writable",
 ]
 
 
@@ -201,6 +209,13 @@ class Vendor(Strict):
     kubernetes_resource: str | None = None
     pod_requests: PodRequests | None = None  # None: a pod asks for nothing (BestEffort)
     mooncake: Mooncake | None = None  # None: no Mooncake wheel for its images (no KV-store images)
+    # Limits its serving and Mooncake processes get besides the server's (memlock for RDMA), and the size of
+    # each writable folder where it differs from the server's default (by the folder's name).
+    ulimits: dict[str, int] = {}
+    writable_gib: dict[str, Count] = {}
+    # What its nodes must be set up to do for a pod of the non-root user (device ownership, memlock), shown
+    # beside its manifests: the pod spec cannot say it.
+    node_needs: list[str] = []
     sources: list[str] = []
 
 
@@ -234,6 +249,7 @@ class Catalog(Strict):
     # Where the factory's commands differ from the upstream site's (catalog/deviations.yaml).
     deviations: list[DeviationRule] = []
     omni: OmniCatalog | None = None  # vllm-omni releases and where they can run
+    fleet: Fleet  # metrics, autoscaling, the endpoint picker and the clients a deployment's servers admit
 
     @property
     def default_index(self) -> str:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from ipaddress import IPv4Address
 from typing import Literal
 
+from pydantic import Field
+
 from factory.base.models import Count, Port, Strict
 
 
@@ -13,11 +15,57 @@ class PodRequests(Strict):
     """What a pod asks its node for besides GPUs, so it is scheduled with room and is not the first evicted
     under pressure (a pod with no requests is BestEffort). The renderer adds one CPU per GPU the process
     drives (vLLM runs a worker process per GPU) and the /dev/shm size (a memory-backed emptyDir counts as
-    the pod's memory)."""
+    the pod's memory). Its limits equal its requests (memory always; CPU unless `cpu_limit` is false)."""
 
     cpu: Count  # besides one per GPU: vLLM's API server and engine core
     memory_gib: Count  # besides /dev/shm
     why: str = ""
+    # A CPU limit throttles the process (the kernel's CFS quota) once it uses its share: false where that
+    # stalls the GPUs it feeds, with why (kube-score is told to ignore the missing limit on those pods).
+    cpu_limit: bool = True
+    why_no_cpu_limit: str = ""
+
+
+class ImageUser(Strict):
+    """The one non-root user every image runs its processes as: the same ids in every image (an OCI label
+    says them), above 10000 as cluster linters ask, so that a host's or a node's own users are never it."""
+
+    name: str = "vllm"
+    uid: int = Field(10001, strict=True, gt=10000, lt=2**31)
+    gid: int = Field(10001, strict=True, gt=10000, lt=2**31)
+    home: str = "/home/vllm"
+    # Where each cache the processes write goes (the image's ENV): HOME's, so one writable folder holds them.
+    cache_env: dict[str, str] = {}
+
+    @property
+    def ids(self) -> str:
+        return f"{self.uid}:{self.gid}"
+
+    @property
+    def owned(self) -> list[str]:
+        """The folders the image makes for it: every cache folder its settings name (FlashInfer's base is
+        HOME), so that each exists, owned by it, before anything is mounted there."""
+        return sorted({self.home, *(v for v in self.cache_env.values() if v != self.home)})
+
+
+class Writable(Strict):
+    """A folder a process writes besides the model cache and /dev/shm: the root filesystem is read-only, so
+    each is a volume of its own (a tmpfs in compose, a sized emptyDir in a pod)."""
+
+    name: str
+    target: str
+    what: str
+    size_gib: Count  # the catalog's default: a floor for what it holds, the vendor's may differ
+    exec: bool = False  # it holds code that is loaded (compiled kernels): mounted without noexec
+
+
+class Liveness(Strict):
+    """When a pod's server is restarted: it must go unready (readiness: the health check's interval and
+    retries) long before, so that a busy server sheds traffic and is not killed for being slow."""
+
+    interval_s: Count
+    timeout_s: Count
+    failures: Count
 
 
 class Secret(Strict):
@@ -47,10 +95,18 @@ class Server(Strict):
     health_interval_s: Count = 30
     health_timeout_s: Count = 5
     health_retries: Count = 3
+    liveness: Liveness = Liveness(interval_s=60, timeout_s=15, failures=5)
     capabilities: list[str] = []
     ulimits: dict[str, int] = {}
     secrets: list[Secret] = []
     volumes: list[Volume] = []
+    user: ImageUser = ImageUser()
+    writable: list[Writable] = []
+    # The model cache's size where neither the recipe (its checkpoint) nor the tree (a model it ships) says.
+    model_cache_default_gb: float = 100
+    # Disk a pod writes besides its volumes: the container's logs, which the kubelet counts to its
+    # ephemeral storage (the root filesystem is read-only).
+    log_room_gib: Count = 1
     # What the engine does when a process exits: "no" leaves it exited, its logs saying why.
     restart: Literal["no", "on-failure", "always", "unless-stopped"] = "no"
     # The host address the API is published on by default (the BIND_ADDRESS setting changes it).

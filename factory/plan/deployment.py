@@ -9,6 +9,7 @@ from typing import Literal
 
 from factory.catalog.schema import Vendor
 from factory.plan import naming
+from factory.plan.fleet import Fleet
 from factory.plan.models import Frozen, ImagePlan
 from factory.plan.runspec import Launch, ProcessGroup, Program, RunSpec, value_at
 from factory.synthesis import options
@@ -133,6 +134,7 @@ class Deployment(Frozen):
     deviations: list[Deviation]
     recommended: bool  # the strategy the recipes site recommends on this hardware
     run: tuple[ProcessGroup, ...]  # how every process runs: what each format prints
+    fleet: Fleet  # its metrics, scaling, inference pool and clients (the Kubernetes components print it)
     kv_offload: str | None = None  # the KV-offload option composed with the strategy (`factory show`)
     kv_offload_notes: tuple[str, ...] = ()  # what such a deployment lacks to start as printed
 

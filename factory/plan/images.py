@@ -105,6 +105,8 @@ def plan_image_spec(
             model_start_period(recipe.model.parameter_count),
         ),
         weights_gb=weights_size(recipe.variants[variant].vram_minimum_gb),
+        user=project.catalog.server.user,
+        owned_folders=project.catalog.server.user.owned,
         repository=naming.repository(image_slug),
         tag=naming.tag(release.vllm, hardware_key, variant, loaded),
     )
@@ -239,7 +241,9 @@ def kv_image_spec(project: Project, plain: ImageSpec, floor: str | None) -> Imag
             "mooncake_system_packages": list(vendor.mooncake.system_packages),
         }
     )
-    return spec.model_copy(update={"install": install})
+    # the folder its launcher writes the filled Mooncake configs to, the user's like its caches
+    folders = sorted({*plain.owned_folders, project.catalog.mooncake.filled_dir})
+    return spec.model_copy(update={"install": install, "owned_folders": folders})
 
 
 def _kv_refusal(project: Project, plain: ImageSpec, floor: str | None) -> str | None:

@@ -10,6 +10,7 @@ from pathlib import PurePosixPath
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from factory.catalog.serving import ImageUser
 from factory.plan.naming import ImmutableNames
 from factory.plan.runspec import HealthProbe
 
@@ -117,6 +118,10 @@ class ImageSpec(Frozen):
     # The checkpoint's size on disk, where the recipe says how much VRAM it needs: SCHEMA.md sizes VRAM as
     # weights x 1.2. Sizes the model cache a pod downloads into. None: the recipe gives no size.
     weights_gb: float | None = None
+    # The non-root user every process runs as, and the folders the image makes for it (its caches; a KV-store
+    # image's filled Mooncake configs).
+    user: ImageUser = ImageUser()
+    owned_folders: list[str] = []
     repository: str
     tag: str
 
@@ -182,6 +187,7 @@ class ImagePlan(ImageSpec, ImmutableNames):
 
 
 OMNI_VERSION_LABEL = "ai.vllm.factory.vllm-omni-version"
+USER_LABEL = "ai.vllm.factory.user"
 
 
 def image_labels(spec: ImageSpec, inputs_hash: str) -> dict[str, str]:
@@ -200,6 +206,7 @@ def image_labels(spec: ImageSpec, inputs_hash: str) -> dict[str, str]:
         "ai.vllm.factory.gpu-arch": spec.gpu_arch or "none",
         "ai.vllm.factory.platform": spec.platform,
         "ai.vllm.factory.vllm-version": spec.vllm_version or "unresolved",
+        USER_LABEL: spec.user.ids,  # uid:gid of the user every process runs as
         # omni images only: `factory check-args` parses omni commands in an image that has this release
         **({OMNI_VERSION_LABEL: spec.install.omni} if spec.install and spec.install.omni else {}),
         "ai.vllm.factory.inputs-hash": inputs_hash,

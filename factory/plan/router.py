@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict
 from factory.base.outputs import OutputFile
 from factory.base.templating import environment
 from factory.lock.router import FOLDER, PACKAGE, RouterLock, lock_path, locked_text, read_router_lock
+from factory.plan.models import USER_LABEL
 from factory.plan.naming import ImmutableNames, repository
 from factory.plan.runspec import HealthProbe, Programs, health_probe
 from factory.project import Project
@@ -134,6 +135,7 @@ def router_health(project: Project) -> HealthProbe:
 
 def _files(project: Project, image: RouterImage) -> list[OutputFile]:
     lock = image.lock
+    user = project.catalog.server.user  # the router runs as the same non-root user as every process
     dockerfile = (
         environment()
         .get_template("Dockerfile.router.j2")
@@ -142,7 +144,9 @@ def _files(project: Project, image: RouterImage) -> list[OutputFile]:
             lock=lock,
             package=PACKAGE,
             system_packages=SYSTEM_PACKAGES,
-            labels=image.labels,
+            labels={**image.labels, USER_LABEL: user.ids},
+            user=user,
+            folders=user.owned,
             health=router_health(project),
         )
     )

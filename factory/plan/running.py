@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from pathlib import PurePosixPath
 
-from factory.catalog.schema import PodRequests
+from factory.catalog.schema import PodRequests, Writable
+from factory.plan.cache import cache_limit_gib
 from factory.plan.deployment import NodeRole
 from factory.plan.runspec import (
     Launch,
@@ -137,6 +139,8 @@ def process_spec(
     probe = health_probe(programs, program, options, run.start_period_s)
     served = options.served_names or ((options.model,) if options.model else ())
     gpus = options.sizes.gpus(run.gpus_per_node) if is_vllm and vendor.gpu_check is not None else 0
+    writable = _writable(run, program, launch)
+    disk = sum(folder.size_gib for folder in writable)
     return RunSpec(
         image=image,
         platform=platform,
@@ -155,7 +159,7 @@ def process_spec(
         # Mooncake pins memory for its transfers as NCCL does: the same capability
         capabilities=tuple(server.capabilities) if program != "vllm-router" else (),
         shm_size=vendor.shm_size if is_vllm else None,
-        ulimits=tuple(server.ulimits.items()) if is_vllm else (),
+        ulimits=_ulimits(run, program),
         port=listening_port(programs, program, options)[0],
         rpc_port=(options.rpc_port or run.mooncake.master.rpc_port) if master else None,
         served_names=served if is_vllm else (),
@@ -167,5 +171,39 @@ def process_spec(
         restart=server.restart,
         publish_address=str(server.publish_address),
         requests=_requests(run, program, launch, gpus),
-        cache_gb=run.weights_gb if is_vllm else None,
+        cache_gb=run.cache_gb if is_vllm else None,
+        cache_basis=run.cache_basis if is_vllm else None,
+        user=server.user,
+        writable=writable,
+        liveness=server.liveness if probe is not None else None,
+        disk_gib=(cache_limit_gib(run.cache_gb) if is_vllm else 0) + disk + server.log_room_gib,
     )
+
+
+def _ulimits(run: Run, program: Program) -> tuple[tuple[str, int], ...]:
+    """The server's limits (a stack size) for vLLM; the vendor's (an unlimited memlock, where RDMA registers
+    memory) for vLLM and the Mooncake processes, which register theirs for transfers too."""
+    limits = dict(run.server.ulimits) if program == "vllm" else {}
+    limits |= run.vendor.ulimits if program != "vllm-router" else {}
+    return tuple(limits.items())
+
+
+def _writable(run: Run, program: Program, launch: Launch) -> tuple[Writable, ...]:
+    """The folders a process writes on its read-only root, each sized by the vendor where it says: vLLM's
+    HOME (its compile caches) and /tmp; every other program's /tmp only (the router's and Mooncake's logs and
+    temporary files); and where a launcher fills a config, the folder it writes it to."""
+    sizes = run.vendor.writable_gib
+    found = [
+        folder.model_copy(update={"size_gib": sizes.get(folder.name, folder.size_gib)})
+        for folder in run.server.writable
+        if program == "vllm" or folder.target == "/tmp"
+    ]
+    filled = sorted({str(PurePosixPath(config.filled).parent) for config in launch.configs})
+    found += [
+        Writable(name=f"filled-config-{n}" if n else "filled-config", target=folder, size_gib=1, what=FILLED)
+        for n, folder in enumerate(filled)
+    ]
+    return tuple(found)
+
+
+FILLED = "the config its launcher fills from the environment before the process starts"

@@ -12,6 +12,7 @@ from pathlib import PurePosixPath
 
 from factory.base.outputs import OutputFile
 from factory.base.templating import environment
+from factory.catalog.schema import Writable
 from factory.plan.deployment import Deployment, NodeRole
 from factory.plan.runspec import RunSpec
 from factory.plan.settings import PLACEHOLDER, known_setting, placeholder_names, setting
@@ -27,6 +28,11 @@ CANNOT_EXPRESS = {
     "or by device path",
     "rpc_port": "the Mooncake master runs on the host's network, where its command says where it listens "
     "(-rpc_port): compose publishes only a process's API, and only off the host's network",
+    "liveness": "the engine restarts no container for failing its health check (it marks it unhealthy): "
+    "only a scheduler that restarts on a failed check takes it",
+    "cache_basis": "the model cache is a host folder the user names (HF_CACHE): its size is the host's",
+    "disk_gib": "disk a scheduler reserves for a pod: one engine on one host reserves none (the host's disk "
+    "bounds it)",
 }
 # ... and, for a process on the host's network (multi-node and P/D), these too: nothing is published there.
 CANNOT_EXPRESS_ON_HOST_NETWORK = {
@@ -142,12 +148,30 @@ def render(deployment: Deployment, role: NodeRole) -> str:
             labels=[(name, value.replace("$", "$$")) for name, value in spec.all_labels],  # text, as written
             secrets=[(secret, f"${{{secret.env}:-}}") for secret in spec.secrets],
             volumes=[(volume, f"${{{volume.setting}:-{volume.default}}}") for volume in spec.volumes],
+            owner_note=owner_note(spec),
+            tmpfs=[(folder, tmpfs_mount(spec, folder)) for folder in spec.writable],
             groups=[compose_value(group) for group in spec.groups],
             group_notes=dict(_group_notes(deployment)),
             published=f"${{{BIND_SETTING}:-{spec.publish_address}}}:${{{PORT_SETTING}:-{spec.port}}}:{spec.port}",
             health=_health(spec),
         )
     )
+
+
+def tmpfs_mount(spec: RunSpec, folder: Writable) -> str:
+    """A writable folder as a tmpfs of its size, owned by the process's user (`exec` where it holds compiled
+    kernels: Docker mounts a tmpfs noexec unless told)."""
+    user = spec.user
+    options = ["exec"] if folder.exec else []
+    options += [f"size={folder.size_gib}g", f"uid={user.uid}", f"gid={user.gid}", "mode=0700"]
+    return f"{folder.target}:{','.join(options)}"
+
+
+def owner_note(spec: RunSpec) -> str:
+    """What a host folder mounted into the container needs: the process's user must own it (once, for a new
+    folder or one a root image filled)."""
+    ids = spec.user.ids
+    return f"it must be writable by {ids} (once: sudo chown -R {ids} FOLDER)"
 
 
 def _device_note(deployment: Deployment, spec: RunSpec) -> str | None:

@@ -10,14 +10,23 @@ import shlex
 
 from factory.plan.runspec import RunSpec
 from factory.plan.settings import PLACEHOLDER, known_setting
-from factory.render.compose import BIND_SETTING, PORT_SETTING
+from factory.render.compose import BIND_SETTING, PORT_SETTING, tmpfs_mount
 from factory.render.compose import CANNOT_EXPRESS as COMPOSE_CANNOT_EXPRESS
 
 # Run spec fields `docker run` cannot express, and why (a test keeps this list complete).
 CANNOT_EXPRESS = {
     **{
         field: COMPOSE_CANNOT_EXPRESS[field]
-        for field in ("gpus", "requests", "cache_gb", "gpu_resource", "rpc_port")
+        for field in (
+            "gpus",
+            "requests",
+            "cache_gb",
+            "gpu_resource",
+            "rpc_port",
+            "liveness",
+            "cache_basis",
+            "disk_gib",
+        )
     },
     "program": "the image's entrypoint (or the spec's own) runs the program: a docker run names none",
 }
@@ -53,6 +62,9 @@ def run_options(spec: RunSpec) -> list[str]:
     options += [f"--group-add {shell_word(group)}" for group in spec.groups]
     options += [f"--security-opt {shlex.quote(option)}" for option in spec.security_opt]
     options += [f"--cap-add {capability}" for capability in spec.capabilities]
+    options.append(f"--user {spec.user.ids}")
+    options += ["--read-only"] if spec.read_only_root else []
+    options += [f"--tmpfs {tmpfs_mount(spec, folder)}" for folder in spec.writable]
     options += [f"--shm-size {spec.shm_size}"] if spec.shm_size else []
     options += [f"--ulimit {name}={limit}" for name, limit in spec.ulimits]
     options += [f"--restart {spec.restart}"] if spec.restart != "no" else []

@@ -4,14 +4,22 @@ implements factory.render.protocol.OutputFormat and a line here."""
 
 from __future__ import annotations
 
-from factory.render import bake, compose, compose_gate, kubernetes
-from factory.render.components import model_cache_claim, published_images, verify
+from factory.render import bake, compose, compose_gate, kubernetes, network_policy
+from factory.render.components import (
+    autoscale,
+    inference_pool,
+    model_cache_claim,
+    monitoring,
+    published_images,
+    verify,
+)
 from factory.render.protocol import OutputFormat, OverAllImages, PerDeployment
 from factory.render.renderings import RenderingsFormat
 
 FORMATS: tuple[OutputFormat, ...] = (
     PerDeployment("compose", "compose", compose.files, compose.CANNOT_EXPRESS),
     PerDeployment("k8s", "k8s", kubernetes.files, kubernetes.CANNOT_EXPRESS),
+    PerDeployment("network-policy", "k8s", network_policy.files),
     OverAllImages("bake", "images", lambda project, targets: [bake.bake_output(list(targets))]),
     RenderingsFormat(),
 )
@@ -25,6 +33,9 @@ OPTIONS: tuple[OutputFormat, ...] = (
     OverAllImages("verify", "k8s", verify.files),
     # A published image's compose deployments verify it before it starts (compose.override.yaml).
     OverAllImages("compose-verify", "compose", compose_gate.files),
+    PerDeployment("monitoring", "k8s", monitoring.files),
+    PerDeployment("autoscale", "k8s", autoscale.files),
+    PerDeployment("inference-pool", "k8s", inference_pool.files),
 )
 
 

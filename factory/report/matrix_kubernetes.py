@@ -20,6 +20,7 @@ from factory.base.outputs import OutputFile, difference
 from factory.blueprint import Blueprint
 from factory.plan.deployment import Deployment
 from factory.render import kubernetes
+from factory.render.registry import written
 from factory.report.manifest_records import ManifestCheckRecord, folder_digest
 
 KINDS = {
@@ -61,6 +62,18 @@ def _judge(folder: PurePosixPath, digest: str, records: Sequence[ManifestCheckRe
     return _Judged("changed", before[:1]) if before else _Judged("unrecorded", ())
 
 
+def _folder_files(blueprint: Blueprint, deployment: Deployment, folder: PurePosixPath) -> list[OutputFile]:
+    """The files every format writes into the deployment's folder itself (its manifest, its kustomization,
+    its network policy; a component's folder below it is the component's)."""
+    return [
+        file
+        for fmt in written()
+        if fmt.writes == kubernetes.ROOT
+        for file in fmt.render(blueprint, deployment)
+        if file.path.parent == folder
+    ]
+
+
 def _current(out: Path, files: list[OutputFile]) -> bool:
     return all(difference(out / file.path, file) is None for file in files)
 
@@ -84,7 +97,7 @@ def kubernetes_cell(
                 waiting[_kind(deployment)] += 1
                 continue
             folder = kubernetes.directory(deployment)
-            mine = kubernetes.files(deployment)
+            mine = _folder_files(blueprint, deployment, folder)
             if not _current(out, mine):
                 stale.append(folder.as_posix())
                 continue

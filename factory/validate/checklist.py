@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from factory.engine.progress import Countdown
+from factory.plan.runspec import RunSpec
+from factory.validate import inside
 from factory.validate.container import Started
 from factory.validate.offer import Offer, tasks_of
 from factory.validate.probes import ProbeFailure, chat, check_models, embeddings, wait_healthy
@@ -20,12 +22,16 @@ TEXT_TASKS = frozenset({"text", "multimodal"})
 @dataclass(frozen=True)
 class Target:
     """What a check runs against: the started container, the name its server answers to, and how long
-    /health may take (with where its countdown shows; None: nowhere)."""
+    /health may take (with where its countdown shows; None: nowhere); the spec it was started from and the
+    metric series its deployment's fleet reads (at `metrics_path`)."""
 
     started: Started
     served: str
     health_timeout_s: float
     progress_to: TextIO | None = None
+    spec: RunSpec | None = None
+    series: tuple[str, ...] = ()
+    metrics_path: str = "/metrics"
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,24 @@ def _deterministic(target: Target) -> Outcome:
     return Outcome("same text twice at temperature 0 with a fixed seed", first.seconds + again.seconds)
 
 
+def _started_spec(target: Target) -> RunSpec:
+    if target.spec is None:
+        raise ProbeFailure("no run spec was given with the container")
+    return target.spec
+
+
+def _non_root(target: Target) -> Outcome:
+    return Outcome(inside.check_user(target.started, _started_spec(target)))
+
+
+def _read_only(target: Target) -> Outcome:
+    return Outcome(inside.check_read_only(target.started, _started_spec(target)))
+
+
+def _metrics(target: Target) -> Outcome:
+    return Outcome(inside.check_series(target.started.base_url, target.series, target.metrics_path))
+
+
 def _embeddings(target: Target) -> Outcome:
     inputs, size = embeddings(target.started.base_url, target.served)
     return Outcome(f"{inputs} inputs, {inputs} vectors of {size} numbers")
@@ -131,6 +155,27 @@ PROBES: tuple[Probe, ...] = (
         "text and multimodal models",
         lambda tasks: bool(tasks & TEXT_TASKS),
         _deterministic,
+    ),
+    Probe(
+        "live:non-root",
+        "the server inside the running container runs as the image's user, not root (uid 0)",
+        "every image",
+        lambda tasks: True,
+        _non_root,
+    ),
+    Probe(
+        "live:read-only-root",
+        "the root filesystem refuses a write, each folder the run spec makes writable takes one",
+        "every image",
+        lambda tasks: True,
+        _read_only,
+    ),
+    Probe(
+        "live:metrics",
+        "/metrics serves the series the autoscaler and the endpoint picker read, under the catalog's names",
+        "every image",
+        lambda tasks: True,
+        _metrics,
     ),
     Probe(
         "live:embeddings",

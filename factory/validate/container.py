@@ -25,6 +25,7 @@ from testcontainers.core.container import DockerContainer
 from factory.engine.leftovers import PID_LABEL, labels, remove_labelled
 from factory.plan.runspec import RunSpec
 from factory.plan.settings import host_value
+from factory.render.compose import tmpfs_mount
 from factory.validate.probes import ContainerState
 
 NANOSECONDS = 1_000_000_000
@@ -44,6 +45,9 @@ CANNOT_EXPRESS = {
     "config (the KV stores' own test starts their compose files)",
     "after": "validation starts one process: there is nothing to wait for",
     "rpc_port": "validation starts one process, which no other process calls",
+    "liveness": "the engine restarts no container for failing its health check: validation fails it instead",
+    "cache_basis": "validation mounts the cache folder it is given, on this machine's disk",
+    "disk_gib": "one container on this engine: its disk is the machine's",
 }
 
 
@@ -64,7 +68,7 @@ DIFFERENCES = (
     ),
     Difference(
         "volumes",
-        "the model cache is an empty folder of the run's own instead of the host's",
+        "the model cache is an empty folder of the run's own (owned by the image's user), not the host's",
         "validation neither reads nor changes the operator's cache: what it proves comes from the image",
     ),
     Difference(
@@ -129,6 +133,9 @@ def run_options(
         "labels": {**dict(spec.all_labels), **run_labels},
         "environment": environment,
         "cap_add": list(spec.capabilities),
+        "user": spec.user.ids,
+        "read_only": spec.read_only_root,
+        "tmpfs": dict(tmpfs_mount(spec, folder).split(":", 1) for folder in spec.writable),
         "ulimits": [Ulimit(name=name, soft=limit, hard=limit) for name, limit in spec.ulimits],
         "volumes": {str(cache): {"bind": volume.target, "mode": "rw"} for volume in spec.volumes},
         **gpu_run_options(spec, given),
@@ -155,15 +162,28 @@ def run_options(
     return options
 
 
+def _give_to(cache: Path, spec: RunSpec) -> None:
+    """The run's own cache folder, writable by the image's user as the operator's must be (chown where this
+    process may, else open to every user: it is the run's, and removed after)."""
+    cache.mkdir(parents=True, exist_ok=True)
+    try:
+        os.chown(cache, spec.user.uid, spec.user.gid)
+    except PermissionError:
+        cache.chmod(0o777)
+
+
 @contextmanager
 def running(spec: RunSpec, run_id: str, cache: Path) -> Iterator[Started]:
     """The spec's container, started on this engine; removed on the way out whatever happens."""
     local_engine = os.environ.get("DOCKER_HOST", "unix://").startswith("unix://")
+    _give_to(cache, spec)
     run_labels = labels("validate", **{"ai.vllm.factory.run": run_id})
     options = run_options(spec, os.environ, cache, run_labels)
     image, command, environment = options.pop("image"), options.pop("command"), options.pop("environment")
     ports, volumes = options.pop("ports", {}), options.pop("volumes")
+    tmpfs = options.pop("tmpfs")
     container = DockerContainer(image).with_command(command).with_kwargs(**options)
+    container.tmpfs.update(tmpfs)  # testcontainers passes its own tmpfs mapping to the engine
     for source, mount in volumes.items():
         container.with_volume_mapping(source, mount["bind"], mount["mode"])
     # Loopback only on a local engine: a validation run must not publish the API to the network.

@@ -125,7 +125,10 @@ def _live_probes(
             # The name the server answers to, from the spec it was started with (a recipe's own
             # --served-model-name included), not the model's id.
             served = spec.served_names[0] if spec.served_names else image.served_model_name
-            run_probes(runnable, Target(started, served, timeout_s, progress_to), report)
+            metrics = deployment.fleet.metrics
+            series = tuple(metrics.series.model_dump().values())
+            target = Target(started, served, timeout_s, progress_to, spec, series, metrics.path)
+            run_probes(runnable, target, report)
     finally:
         shutil.rmtree(cache, ignore_errors=True)
 

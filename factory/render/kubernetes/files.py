@@ -10,10 +10,21 @@ from typing import Any
 from factory.base import yaml_text
 from factory.base.outputs import OutputFile
 from factory.plan.deployment import Deployment
+from factory.plan.pod_security import strictest
 from factory.plan.settings import setting
 from factory.render.kubernetes.config_map import settings_used
-from factory.render.kubernetes.names import CLAIM_COMPONENT, IMAGES_COMPONENT, MIN_LWS, deployable, directory
-from factory.render.kubernetes.pods import cache_limit, secret_name
+from factory.render.kubernetes.names import (
+    CLAIM_COMPONENT,
+    IMAGES_COMPONENT,
+    INSTANCE_LABEL,
+    MIN_LWS,
+    NETWORK_POLICY_FILE,
+    deployable,
+    directory,
+    object_name,
+)
+from factory.render.kubernetes.pods import secret_name
+from factory.render.kubernetes.resources import cache_limit
 from factory.render.kubernetes.workloads import objects
 
 Manifest = dict[str, Any]
@@ -56,7 +67,7 @@ def kustomization(deployment: Deployment) -> str:
     body = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
-        "resources": ["manifest.yaml"],
+        "resources": ["manifest.yaml", NETWORK_POLICY_FILE],
         "components": [(up / IMAGES_COMPONENT.name).as_posix()],
         "images": [{"name": r, "newTag": t} for r, _, t in (i.rpartition(":") for i in images)],
     }
@@ -64,7 +75,11 @@ def kustomization(deployment: Deployment) -> str:
     secrets = serving.secrets
     cache = cache_limit(serving)
     claim = ", ".join(volume.name for volume in serving.volumes)
+    level, why = strictest([group.spec for group in deployment.run])
+    needs = [f"#   the node: {need}" for need in deployment.vendor.node_needs]
     lines = [
+        f"# Pod Security: the pods run under the `{level}` standard ({why}).",
+        *(["# What its pods need of the nodes, which a pod cannot say:", *needs] if needs else []),
         *settings,
         *(
             [f"# The model cache on a claim: {CLAIM_COMPONENT.name}, claim {claim} of {cache} or more"]
@@ -88,3 +103,38 @@ def files(deployment: Deployment) -> list[OutputFile]:
         OutputFile(folder / "manifest.yaml", render(deployment).encode()),
         OutputFile(folder / "kustomization.yaml", kustomization(deployment).encode()),
     ]
+
+
+def component(
+    deployment: Deployment, part: str, documents: list[Manifest], notes: list[str], patches: list[Manifest]
+) -> list[OutputFile]:
+    """A kustomize Component of one deployment, in the folder `part` beside its manifest: `documents` in
+    `<part>.yaml`, `patches` (kustomize's: a target and a JSON patch), and `notes` (what it needs, how to
+    use it) in its kustomization's header. A user adds it to a kustomization of their own:
+    `resources: [<the deployment's folder>]`, `components: [<the deployment's folder>/<part>]`."""
+    folder = directory(deployment) / part
+    how = [
+        "# Use it from a kustomization of your own (paths relative to it):",
+        f"#   resources: [{directory(deployment)}]",
+        f"#   components: [{folder}]",
+    ]
+    body: Manifest = {
+        "apiVersion": "kustomize.config.k8s.io/v1alpha1",
+        "kind": "Component",
+        "resources": [f"{part}.yaml"],
+    }
+    body |= {"patches": patches} if patches else {}
+    header = (
+        _header(deployment) + "".join(f"# {note}\n" for note in notes) + "".join(f"{line}\n" for line in how)
+    )
+    return [
+        OutputFile(folder / "kustomization.yaml", (header + yaml_text.dump(body)).encode()),
+        OutputFile(folder / f"{part}.yaml", (_header(deployment) + _dump(documents)).encode()),
+    ]
+
+
+def of_deployment(deployment: Deployment, api_version: str, kind: str, spec: Manifest) -> Manifest:
+    """An object a component adds for the deployment: named as it, labelled with its instance label."""
+    name = object_name(deployment)
+    metadata = {"name": name, "labels": {INSTANCE_LABEL: name}}
+    return {"apiVersion": api_version, "kind": kind, "metadata": metadata, "spec": spec}

@@ -84,12 +84,14 @@ def kv_objects(deployment: Deployment, name: str, labels: dict[str, str], where:
             found.append(one_pod(workload, part_labels, pods[0], head.spec))
             selector = {NAME_LABEL: workload}
         elif len(groups) == 2 and head.indices == (0,):
-            found.append(group_of(workload, part_labels, nodes, pods[0], pods[1]))
+            specs = [group.spec for group in groups]
+            found.append(group_of(workload, part_labels, nodes, (pods[0], pods[1]), specs))
             selector = {LWS_NAME_LABEL: workload}
             if groups[1].spec.probe is None:  # only the leader serves; with hybrid load balancing every rank
                 selector[LWS_INDEX_LABEL] = "0"
         else:
             raise InputError(f"{at}: ranks that do not share one spec", field="run", value=len(groups))
         service_labels = labels if services[part] == name else part_labels
-        found.append(service(services[part], service_labels, selector, head.spec))
+        grouped = LWS_NAME_LABEL in selector
+        found.append(service(services[part], service_labels, selector, head.spec, grouped))
     return found

@@ -17,6 +17,7 @@ LWS_API = "leaderworkerset.x-k8s.io/v1"
 MIN_LWS = "v0.7.0"  # the oldest LWS release whose CRD accepts every manifest (a test checks each release)
 KUBERNETES_VERSIONS = ("1.30", "1.37")  # first and last release the core objects were checked against
 NAME_LABEL = "app.kubernetes.io/name"
+INSTANCE_LABEL = "app.kubernetes.io/instance"  # the deployment's name, on each of its objects and pods
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 LWS_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 # The kustomize Component every kustomization includes: it names each published image by registry and
@@ -29,6 +30,11 @@ COMPONENT_LABEL = "app.kubernetes.io/component"
 # Every object the factory generates carries it (the verify component's floor selects workloads by it).
 MANAGED_BY = {"app.kubernetes.io/managed-by": "vllm-factory"}
 SERVER_COMPONENT = "server"
+# On the pods of every vLLM process that serves the API (not a headless rank): what the PodMonitor scrapes
+# and an InferencePool selects.
+SERVES_LABEL = "ai.vllm.factory.serves"
+SERVES_API = "api"
+NETWORK_POLICY_FILE = "network-policy.yaml"  # beside manifest.yaml: render/network_policy.py prints it
 TEMPLATE_PATHS = {
     "Deployment": ("/spec/template",),
     "LeaderWorkerSet": (

@@ -40,7 +40,8 @@ def pd_objects(deployment: Deployment, name: str, labels: dict[str, str], where:
         # A one-node pool's leader is its only pod: the worker template is the same pod, never run, and
         # written so that every LWS has both (the model cache component patches both).
         worker = _pool_pod(deployment, workers[0], pool_labels, f"{where} {pool}") if workers else first
-        found.append(group_of(lws, pool_labels, pool_sizes(deployment)[pool], first, worker))
+        specs = [group.spec for group in groups]
+        found.append(group_of(lws, pool_labels, pool_sizes(deployment)[pool], (first, worker), specs))
     router = next(group for group in deployment.run if group.spec.program == "vllm-router")
     router_name = object_name(deployment, ROUTER)
     router_labels = {**labels, NAME_LABEL: router_name, COMPONENT_LABEL: ROUTER}

@@ -1,11 +1,11 @@
 """A process's pod, printed from its run spec: the container (command and environment through the group's
-setting values), its resources (GPUs by the vendor's device plugin, CPU and memory requests, the model cache's
-disk), probes, security context and volumes. Also the run spec fields no manifest can express, and why."""
+setting values), its resources (resources.py), probes, security (security.py) and volumes (volumes.py), after
+an init container that waits for the processes it starts after. Also the run spec fields no manifest can
+express, and why."""
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -13,17 +13,19 @@ from typing import Any
 from factory.base.errors import InputError
 from factory.plan.deployment import Deployment
 from factory.plan.runspec import RunSpec, Value
-from factory.render.kubernetes.names import object_name
+from factory.render.kubernetes.names import SERVES_API, SERVES_LABEL, object_name
+from factory.render.kubernetes.resources import resources
+from factory.render.kubernetes.security import container_context, pod_context
 from factory.render.kubernetes.values import DEFAULT, Table, env_value, pod_command
+from factory.render.kubernetes.volumes import volumes
 
 Manifest = dict[str, Any]
 
-# Docker security options as a container's securityContext.
-SECURITY_OPTIONS = {
-    "seccomp=unconfined": ("seccompProfile", {"type": "Unconfined"}),
-    "apparmor=unconfined": ("appArmorProfile", {"type": "Unconfined"}),
-}
 ARCHITECTURES = {"linux/amd64": "amd64", "linux/arm64": "arm64"}
+# Kubernetes' own default for an image named by a tag other than `latest`, said outright: a start reads the
+# image the node holds (the tag names its inputs; once published, the digest pins it). kube-score's ignore
+# says why it is not Always (render/kubernetes/lint.py).
+PULL_POLICY = "IfNotPresent"
 # Variables a pod given a GPU resource leaves out: the device plugin gives it its own GPUs, numbered from 0,
 # so the node's numbering compose splits a node's GPUs by (a PD pool's "4,5,6,7") names GPUs it has not.
 DEVICE_ENV = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
@@ -64,102 +66,37 @@ class Answer:
     interval_s: int
 
 
-def _shm_size(size: str) -> tuple[int, str]:
-    """Docker's size (`2g`) as a number and a Kubernetes binary unit (2, "Gi"; Docker's units are binary)."""
-    match = re.fullmatch(r"(\d+)([kmgt]?)b?", size.lower())
-    if match is None:
-        raise InputError("a shared memory size Kubernetes cannot read", field="shm_size", value=size)
-    number, unit = match.groups()
-    return int(number), {"": "", "k": "Ki", "m": "Mi", "g": "Gi", "t": "Ti"}[unit]
-
-
-def _shm_limit(size: str) -> str:
-    """Docker's 2g as Kubernetes' 2Gi."""
-    number, unit = _shm_size(size)
-    return f"{number}{unit}"
-
-
-def shm_mebibytes(size: str) -> int:
-    """Docker's size in MiB, rounded up."""
-    number, unit = _shm_size(size)
-    return math.ceil(number * {"": 2**-20, "Ki": 2**-10, "Mi": 1, "Gi": 2**10, "Ti": 2**20}[unit])
-
-
 def _probes(spec: RunSpec) -> dict[str, Any]:
+    """Startup with the model's start budget; readiness from the health check (a busy server leaves its
+    Service); liveness from the spec's, more tolerant (it is restarted only long after)."""
     if spec.probe is None:
         return {}
     probe = spec.probe
-    check = {"httpGet": {"path": probe.path, "port": "http"}, "timeoutSeconds": probe.timeout_s}
-    every = {"periodSeconds": probe.interval_s, "failureThreshold": probe.retries}
-    return {
+    check = {"httpGet": {"path": probe.path, "port": "http"}}
+    probes: dict[str, Any] = {
         # the start budget (loading the model): checked every 10 s until it is used up
         "startupProbe": {
             **check,
+            "timeoutSeconds": probe.timeout_s,
             "periodSeconds": 10,
             "failureThreshold": math.ceil(probe.start_period_s / 10),
         },
-        "readinessProbe": {**check, **every},
-        "livenessProbe": {**check, **every},
+        "readinessProbe": {
+            **check,
+            "timeoutSeconds": probe.timeout_s,
+            "periodSeconds": probe.interval_s,
+            "failureThreshold": probe.retries,
+        },
     }
-
-
-def replacement(spec: RunSpec) -> dict[str, Any]:
-    """A pod that holds GPUs is replaced, not rolled: a rolling update starts the new pod first, which asks
-    for a second node's worth of GPUs while the old pod holds them (Pending, where there is none)."""
-    return {"strategy": {"type": "Recreate"}} if gpu_limits(spec) else {}
-
-
-# The model cache's room beyond the checkpoint: the kubelet evicts a pod whose emptyDir outgrows its
-# sizeLimit, so a tight one would evict on the tokenizer's and the hub's own files.
-CACHE_ROOM = 1.25
-
-
-def cache_limit(spec: RunSpec) -> str | None:
-    """The model cache's size limit, from the checkpoint's size where the recipe gives it."""
-    if spec.cache_gb is None:
-        return None
-    return f"{math.ceil(spec.cache_gb * 1e9 / 2**30 * CACHE_ROOM) + 1}Gi"
-
-
-def _requests(spec: RunSpec) -> dict[str, Any]:
-    """CPU (the catalog's, plus one per GPU the process drives), memory (the catalog's, plus /dev/shm, a
-    memory-backed emptyDir the pod's memory counts) and, where the model cache is sized, its disk."""
-    if spec.requests is None:
-        return {}
-    shm = shm_mebibytes(spec.shm_size) if spec.shm_size else 0
-    memory = spec.requests.memory_gib * 1024 + shm
-    asked = {
-        "cpu": str(spec.requests.cpu + spec.gpus),
-        "memory": f"{memory // 1024}Gi" if memory % 1024 == 0 else f"{memory}Mi",
-    }
-    cache = cache_limit(spec)
-    return {"requests": asked | ({"ephemeral-storage": cache} if cache else {})}
-
-
-def gpu_limits(spec: RunSpec) -> dict[str, Any]:
-    resource = spec.gpu_resource  # the vendor's device plugin's, from the catalog
-    if resource is None:  # the CPU backend (the pod's annotation still says how many GPUs it uses)
-        return {}
-    # A quantity as the API server stores it, a string: an LWS keeps its pod templates as sent (a custom
-    # resource), and each `kubectl apply` of the number 8 over the stored "8" moved its generation.
-    return {"limits": {resource: str(spec.gpus)}}
-
-
-def _security(spec: RunSpec) -> dict[str, Any]:
-    context: dict[str, Any] = {}
-    if spec.capabilities:
-        context["capabilities"] = {"add": list(spec.capabilities)}
-    for option in spec.security_opt:
-        if option not in SECURITY_OPTIONS:
-            raise InputError(
-                "a security option with no Kubernetes field",
-                field="security_opt",
-                value=option,
-                valid=sorted(SECURITY_OPTIONS),
-            )
-        key, value = SECURITY_OPTIONS[option]
-        context[key] = value
-    return {"securityContext": context} if context else {}
+    if spec.liveness is not None:
+        live = spec.liveness
+        probes["livenessProbe"] = {
+            **check,
+            "timeoutSeconds": live.timeout_s,
+            "periodSeconds": live.interval_s,
+            "failureThreshold": live.failures,
+        }
+    return probes
 
 
 def _waits(spec: RunSpec, answers: Mapping[str, Answer], where: str) -> list[dict[str, Any]]:
@@ -177,7 +114,18 @@ def _waits(spec: RunSpec, answers: Mapping[str, Answer], where: str) -> list[dic
     waits = [answers[process] for process in spec.after]
     args = [word for w in waits for word in (w.url, str(w.timeout_s), str(w.interval_s))]
     script = WAIT_SCRIPT.replace("$", "$$")  # Kubernetes reads $$ as $: the shell gets the line as written
-    return [{"name": WAIT_CONTAINER, "image": spec.image, "command": ["sh", "-c", script, "wait", *args]}]
+    # The pod's own security and resources (its GPUs left to the container that uses them): a pod's request
+    # is the larger of its init containers' and the sum of its containers', so this asks for nothing more.
+    return [
+        {
+            "name": WAIT_CONTAINER,
+            "image": spec.image,
+            "imagePullPolicy": PULL_POLICY,
+            "command": ["sh", "-c", script, "wait", *args],
+            "resources": resources(spec, gpus=False),
+            "securityContext": container_context(spec),
+        }
+    ]
 
 
 def pod_template(
@@ -197,29 +145,32 @@ def pod_template(
             raise InputError(f"{where}: a computed rank and an entrypoint of its own", field="entrypoint")
         command = list(spec.entrypoint)
     env = _environment(spec, names, where, table, name)
-    mounts, volumes = _volumes(spec, name)
-    container: dict[str, Any] = {"name": spec.program, "image": spec.image}
+    mounts, pod_volumes = volumes(spec, name)
+    container: dict[str, Any] = {"name": spec.program, "image": spec.image, "imagePullPolicy": PULL_POLICY}
     container |= {"command": command} if command else {}
     container |= {"args": args, "env": env}
     ports = [{"name": "http", "containerPort": spec.port}] if spec.probe else []
     ports += [{"name": "rpc", "containerPort": spec.rpc_port}] if spec.rpc_port else []
     container |= {"ports": ports} if ports else {}
-    resources = gpu_limits(spec) | _requests(spec)
-    container |= {"resources": resources} if resources else {}
-    container |= _security(spec) | {"volumeMounts": mounts} | _probes(spec)
+    container |= {"resources": resources(spec), "securityContext": container_context(spec)}
+    container |= {"volumeMounts": mounts} | _probes(spec)
     waits = _waits(spec, answers or {}, where)
     annotations = dict(spec.all_labels)
     annotations["ai.vllm.factory.gpus"] = str(spec.gpus)  # the GPUs the process uses
+    if spec.cache_basis:  # what sized its model cache's emptyDir
+        annotations["ai.vllm.factory.model-cache"] = f"{spec.cache_gb} GB: {spec.cache_basis}"
     pod: dict[str, Any] = {
         # No variables for every Service of the namespace: vLLM reads none, and a Service named `vllm`
         # would give each pod VLLM_PORT=tcp://..., which vLLM takes for its own setting.
         "enableServiceLinks": False,
+        "securityContext": pod_context(spec),
         "nodeSelector": {"kubernetes.io/arch": ARCHITECTURES[spec.platform]},
         **({"initContainers": waits} if waits else {}),
         "containers": [container],
-        "volumes": volumes,
+        "volumes": pod_volumes,
     }
-    return {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod}
+    serves = {SERVES_LABEL: SERVES_API} if spec.program == "vllm" and spec.probe is not None else {}
+    return {"metadata": {"labels": labels | serves, "annotations": annotations}, "spec": pod}
 
 
 def _environment(
@@ -231,7 +182,7 @@ def _environment(
     env: list[dict[str, Any]] = []
     extra: list[tuple[str, Value]] = list(spec.env)
     values: list[tuple[str, str]] = []
-    if gpu_limits(spec):
+    if spec.gpu_resource is not None:
         extra = [(env_name, value) for env_name, value in extra if env_name not in DEVICE_ENV]
     for env_name, value in extra:
         text, used = env_value(env_name, value, where, table)
@@ -261,29 +212,6 @@ def _environment(
         if not (env_name in defined and text == f"$({env_name})")
     ]
     return env
-
-
-def _volumes(spec: RunSpec, name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(mounts, volumes): the catalog's volumes, the generated configs and /dev/shm."""
-    # The catalog's volumes come first, in its order: the model cache component patches them by index.
-    mounts: list[dict[str, Any]] = [{"name": v.name, "mountPath": v.target} for v in spec.volumes]
-    # Generated configs, from the deployment's ConfigMap <name>-configs (one key per file).
-    mounts += [
-        {"name": "configs", "mountPath": config.template, "subPath": config.file, "readOnly": True}
-        for config in spec.configs
-    ]
-    cache = cache_limit(spec)
-    volumes: list[dict[str, Any]] = [
-        {"name": volume.name, "emptyDir": {"sizeLimit": cache} if cache else {}} for volume in spec.volumes
-    ]
-    if spec.configs:
-        volumes.append({"name": "configs", "configMap": {"name": f"{name}-configs"}})
-    if spec.shm_size:
-        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
-        volumes.append(
-            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _shm_limit(spec.shm_size)}}
-        )
-    return mounts, volumes
 
 
 def secret_name(env: str) -> str:

@@ -13,6 +13,7 @@ from factory.render.kubernetes.config_map import config_map
 from factory.render.kubernetes.kv import kv_objects
 from factory.render.kubernetes.names import (
     COMPONENT_LABEL,
+    INSTANCE_LABEL,
     LWS_INDEX_LABEL,
     LWS_NAME_LABEL,
     MANAGED_BY,
@@ -34,6 +35,7 @@ def objects(deployment: Deployment) -> list[Manifest]:
     where = f"{deployment.image.reference} {deployment.layout}"
     labels = {
         NAME_LABEL: name,
+        INSTANCE_LABEL: name,  # every object and pod of the deployment (its NetworkPolicy selects by it)
         COMPONENT_LABEL: SERVER_COMPONENT,
         **MANAGED_BY,
     }
@@ -51,7 +53,7 @@ def objects(deployment: Deployment) -> list[Manifest]:
             raise InputError(f"{where}: workers that do not share one spec", field="run", value=len(workers))
         leader = pod_template(deployment, head.spec, labels, where)
         worker = pod_template(deployment, workers[0].spec, labels, where)
-        workload = group_of(name, labels, deployment.nodes, leader, worker)
+        workload = group_of(name, labels, deployment.nodes, (leader, worker), [head.spec, workers[0].spec])
         serving = head.spec
         selector = {LWS_NAME_LABEL: name}
         if workers[0].spec.probe is None:  # only the leader serves; with hybrid load balancing every rank
@@ -61,4 +63,5 @@ def objects(deployment: Deployment) -> list[Manifest]:
     found += [config] if config else []
     # The LWS's own headless Service has the LWS's name: the Service in front of it may not.
     service_name = f"{name}-{SERVICE_SUFFIX}" if workload["kind"] == "LeaderWorkerSet" else name
-    return [*found, workload, service(service_name, labels, selector, serving)]
+    grouped = workload["kind"] == "LeaderWorkerSet"
+    return [*found, workload, service(service_name, labels, selector, serving, grouped)]
