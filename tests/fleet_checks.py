@@ -155,7 +155,7 @@ def crd_problems(document: Manifest) -> list[str]:
 
 # --- the docs page's commands ---------------------------------------------------------------------------
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "issue-48.md"
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "fleet.md"
 
 
 def docs_commands() -> list[str]:

@@ -30,7 +30,7 @@ from tests.kubernetes_checks import core_problems, pod_templates
 from tests.test_kubernetes import _deployments
 
 K8S = ROOT / "k8s"
-DOCS = ROOT / "docs" / "issue-48.md"
+DOCS = ROOT / "docs" / "fleet.md"
 
 
 LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -329,7 +329,7 @@ def test_every_image_runs_as_the_catalogs_user_made_after_its_install_layers(pro
             assert f"{name}={value}" in text, (path, name)
 
 
-# Each command of docs/issue-48.md's bash blocks, and the test that runs it as written.
+# Each command of docs/fleet.md's bash blocks, and the test that runs it as written.
 DOCS_COMMANDS = {
     "chown -R 10001:10001 ~/.cache/huggingface": (
         "tests/test_fleet_live.py",

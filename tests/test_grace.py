@@ -40,7 +40,7 @@ def grace(project: Project) -> Blueprint:
 
 @pytest.fixture(scope="module")
 def grace_built(docker_client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> BuildResult:
-    """Built once, as docs/issue-44.md says, and kept (about 8.5 GB; a CI machine's next run builds it from
+    """Built once, as docs/grace.md says, and kept (about 8.5 GB; a CI machine's next run builds it from
     the builder's cache)."""
     report = tmp_path_factory.mktemp("grace-build") / "build.json"
     built = run_factory(

@@ -164,7 +164,7 @@ def test_grace_compose_files_name_their_platform_and_compose_reads_it() -> None:
 
 
 def test_factory_list_says_which_grace_images_build_and_why_the_others_do_not() -> None:
-    """docs/issue-44.md's `factory list | grep -- '-gb200-'`: MiniMax (vLLM 0.20.2) has a Dockerfile; Kimi
+    """docs/grace.md's `factory list | grep -- '-gb200-'`: MiniMax (vLLM 0.20.2) has a Dockerfile; Kimi
     (vLLM 0.11.2, torch 2.9.0) names the cause, the index its CUDA torch comes from, and the first release."""
     listed = subprocess.run(
         [sys.executable, "-m", "factory", "--root", str(ROOT), "list"],

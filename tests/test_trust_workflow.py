@@ -155,9 +155,9 @@ def test_the_cpu_path_of_the_publish_workflow_runs_as_written(
         namespace.remove()
 
 
-# Each command of docs/issue-45.md's bash blocks: the test module that runs it, and the words it runs it
+# Each command of docs/signing.md's bash blocks: the test module that runs it, and the words it runs it
 # with there (with the test's own folders, registry and project name in place of the page's).
-DOCS = ROOT / "docs" / "issue-45.md"
+DOCS = ROOT / "docs" / "signing.md"
 DOCS_COMMANDS = {
     "export COSIGN_PASSWORD=": ("trust_helpers.py", ('"COSIGN_PASSWORD": PASSWORD',)),
     ".venv/bin/factory keygen ": ("test_trust_workflow.py", ('"keygen"',)),
@@ -183,7 +183,7 @@ DOCS_COMMANDS = {
 
 
 def test_every_command_of_the_docs_page_is_run_by_a_test() -> None:
-    """docs/issue-45.md shows what a user types; each of its commands is one a test here runs."""
+    """docs/signing.md shows what a user types; each of its commands is one a test here runs."""
     blocks = re.findall(r"^```bash\n(.*?)^```", DOCS.read_text(), flags=re.S | re.M)
     commands = [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
     assert len(commands) == len(DOCS_COMMANDS), commands

@@ -29,7 +29,7 @@ WEBHOOK = ROOT / "testbench" / "policy-webhook"
 INCLUDE = "policy.sigstore.dev/include"
 PULL_SECRET = "registry-login"
 POLICIES = ("vllm-factory-signature", "vllm-factory-provenance")
-# The commands docs/issue-46.md gives for trusting a key and for retiring one, run as written.
+# The commands docs/admission.md gives for trusting a key and for retiring one, run as written.
 APPLY = "kubectl apply --server-side -f k8s/_verify/admission.yaml\n"
 TRUST_KEY = (
     """mkdir -p recipes/lock/trusted-keys
@@ -103,7 +103,7 @@ class Trust:
                               text=True, timeout=300)  # fmt: skip
 
     def trust_only(self, *names: str) -> None:
-        """Trust exactly these keys, by the commands docs/issue-46.md gives (a key's file added or removed,
+        """Trust exactly these keys, by the commands docs/admission.md gives (a key's file added or removed,
         `factory generate`, the admission objects applied); returns once the webhook and the API server
         judge by them."""
         if not self.webhook_running():
