@@ -112,7 +112,12 @@ def test_the_whole_corpus_locks_generates_and_checks_clean(upstream: Path, upstr
     dockerfiles = {p.parent.relative_to(out).as_posix() for p in out.glob("images/*/*/Dockerfile")}
     assert dockerfiles == built and len(built) > 1000
     # each image not built says why: its cause in a word, then the reason
-    assert all(re.match(r"not built \([a-z0-9 -]+\): .{10,}", row[2]) for row in rows if row[2] not in built)
+    unexplained = [
+        row
+        for row in rows
+        if row[2] not in built and not re.match(r"not built \([a-z0-9 -]+\): .{10,}", row[2])
+    ]
+    assert not unexplained, unexplained[:5]
     assert (out / "images" / "docker-bake.hcl").read_text().count("\ntarget ") == len(dockerfiles)
     check = run_factory(ROOT, "generate", "--check", "--recipes", str(upstream), "--out", str(out))
     assert check.returncode == 0, check.stderr[-2000:]

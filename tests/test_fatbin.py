@@ -138,3 +138,18 @@ def test_every_elf_file_under_a_folder_is_counted_by_machine(tmp_path: Path) -> 
     shutil.copy("/bin/true", venv / "lib" / "true")  # this host's program: x86-64
     mixed = elf.tally(venv, "aarch64")
     assert mixed.foreign == ["x86_64 lib/true"]
+
+
+def test_another_machines_files_in_a_target_triples_folder_are_counted_apart(tmp_path: Path) -> None:
+    """nvidia-cutlass-dsl's x86_64 wheel ships lib/stubs/aarch64-unknown-linux-gnu/libcute_dsl_runtime.so, a
+    stub its compiler links into programs for that target: code for cross-linking, never loaded here. It
+    failed the H200 image's check until such folders were counted apart; the same file elsewhere fails."""
+    venv = tmp_path / "venv"
+    stubs = venv / "lib" / "stubs" / "aarch64-unknown-linux-gnu"
+    stubs.mkdir(parents=True)
+    _elf(stubs / "libcute_dsl_runtime.so", {b".text": b"\x90"})  # aarch64
+    shutil.copy("/bin/true", venv / "lib" / "true")  # x86-64, the expected machine
+    found = elf.tally(venv, "x86_64")
+    assert found.foreign == [] and found.cross_target == 1 and found.machines["aarch64"] == 1
+    shutil.copy(stubs / "libcute_dsl_runtime.so", venv / "lib" / "loaded.so")
+    assert elf.tally(venv, "x86_64").foreign == ["aarch64 lib/loaded.so"]

@@ -32,6 +32,7 @@ class Binaries:
     files: int
     machines: dict[str, int]
     foreign: list[str]
+    cross_target: int  # files of another machine in a folder named by its target triple (for cross-linking)
     libraries: dict[str, list[list[str]] | None]  # per library its containers' code names; None: absent
 
 
@@ -49,7 +50,9 @@ def read_binaries(client: docker.DockerClient, image: ImagePlan, scan: bool = Tr
     line = next(line for line in output.splitlines() if line.startswith("FACTORY-RESULT "))
     found = json.loads(line.removeprefix("FACTORY-RESULT "))
     elf = found["elf"]
-    return Binaries(elf["files"], elf["machines"], elf["foreign"], found["libraries"])
+    return Binaries(
+        elf["files"], elf["machines"], elf["foreign"], elf.get("cross_target", 0), found["libraries"]
+    )
 
 
 def elf_result(binaries: Binaries, platform: str) -> CheckResult:
@@ -58,7 +61,13 @@ def elf_result(binaries: Binaries, platform: str) -> CheckResult:
     counted = ", ".join(f"{count} {name}" for name, count in sorted(binaries.machines.items()))
     detail = (
         f"{binaries.files} files in {image_paths.VENV}, ELF: {counted or 'none'}"
-        f" ({cubins} CUDA cubin files counted apart)"
+        f" ({cubins} CUDA cubin files counted apart"
+        + (
+            f"; {binaries.cross_target} of another machine under a target triple's folder, for cross-linking"
+            if binaries.cross_target
+            else ""
+        )
+        + ")"
     )
     if binaries.foreign:
         detail += f"; not {machine}: {', '.join(binaries.foreign[:5])}"

@@ -32,7 +32,12 @@ for relative in asked["libraries"]:
     listing = fatbin.Listing.of(section) if section is not None else fatbin.Listing(())
     libraries[relative] = [sorted(code.name for code in codes) for codes in listing.containers]
 result = {
-    "elf": {"files": found.files, "machines": dict(found.machines), "foreign": found.foreign[:20]},
+    "elf": {
+        "files": found.files,
+        "machines": dict(found.machines),
+        "foreign": found.foreign[:20],
+        "cross_target": found.cross_target,
+    },
     "libraries": libraries,
 }
 sys.stdout.write("FACTORY-RESULT " + json.dumps(result) + "\n")

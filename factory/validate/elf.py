@@ -6,6 +6,7 @@ are GPU code, counted apart. Standard library only: it runs inside the image (ch
 from __future__ import annotations
 
 import os
+import re
 import struct
 from collections import Counter
 from dataclasses import dataclass, field
@@ -15,6 +16,10 @@ MACHINES = {3: "i386", 40: "arm", 62: "x86_64", 183: "aarch64", 190: "cuda"}
 GPU_CODE = "cuda"
 # The machine a platform's programs are built for.
 PLATFORM_MACHINES = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
+# A folder named by a target triple (aarch64-unknown-linux-gnu, x86_64-linux-gnu): files a toolchain links
+# into programs for that target, shipped for cross-compiling and never loaded here (nvidia-cutlass-dsl ships
+# lib/stubs/aarch64-unknown-linux-gnu/libcute_dsl_runtime.so in its x86_64 wheel). Counted apart.
+TARGET_TRIPLE = re.compile(r"^(aarch64|x86_64|arm[a-z0-9]*|i[3-6]86|riscv64|ppc64le|s390x)-[a-z0-9_.-]+$")
 
 
 def machine(path: Path) -> str | None:
@@ -34,6 +39,7 @@ class Tally:
     files: int = 0
     machines: Counter[str] = field(default_factory=Counter)
     foreign: list[str] = field(default_factory=list)  # relative paths, machine first: "x86_64 lib/x.so"
+    cross_target: int = 0  # of another machine, under a folder named by that target's triple
 
 
 def tally(root: Path, expected: str) -> Tally:
@@ -49,6 +55,11 @@ def tally(root: Path, expected: str) -> Tally:
             if kind is None:
                 continue
             found.machines[kind] += 1
-            if kind not in (expected, GPU_CODE):
-                found.foreign.append(f"{kind} {path.relative_to(root)}")
+            if kind in (expected, GPU_CODE):
+                continue
+            relative = path.relative_to(root)
+            if any(TARGET_TRIPLE.match(part) for part in relative.parent.parts):
+                found.cross_target += 1
+            else:
+                found.foreign.append(f"{kind} {relative}")
     return found
