@@ -80,7 +80,9 @@ def test_every_kv_store_process_is_a_workload_behind_its_service_with_its_genera
     project: Project,
 ) -> None:
     stores = project_stores(project)
-    assert len(stores) == 26, "the tiny models' and Kimi-Linear's two topologies on every hardware they have"
+    # the tiny models' and Kimi-Linear's two topologies on every hardware they have (26), and the Grace
+    # recipe's (MiniMax-M2.5: B200 and GB200, two variants: 8)
+    assert len(stores) == 34, sorted({d.image.recipe_id for d in stores})
     for deployment in stores:
         documents = kubernetes.objects(deployment)
         name = kubernetes.object_name(deployment)
