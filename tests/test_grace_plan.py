@@ -134,7 +134,7 @@ def test_multi_node_grace_deployments_are_leader_worker_sets_on_arm64_nodes(proj
         lws = next(d for d in documents if d["kind"] == "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]
         for template in (lws["leaderTemplate"], lws["workerTemplate"]):
             assert template["spec"]["nodeSelector"] == {"kubernetes.io/arch": "arm64"}
-            assert template["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "4"}
+            assert template["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
     single = next(d for d in grace.deployments if d.layout == "single_node_tp")
     pod = next(d for d in kubernetes.objects(single) if d["kind"] == "Deployment")["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"kubernetes.io/arch": "arm64"}

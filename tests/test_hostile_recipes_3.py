@@ -273,7 +273,7 @@ def test_environment_names_and_values_yaml_could_misread_reach_compose_and_kubec
     result, out, bad = _generate(tmp_path, recipes)
     assert result.returncode == 0 and not bad, result.stderr[-2000:]
     composed = sorted((out / "compose" / "small").rglob("*compose.yaml"))
-    folders = sorted(p.parent for p in (out / "k8s" / "small").rglob("kustomization.yaml"))
+    folders = sorted(p.parent for p in (out / "k8s" / "small").rglob("manifest.yaml"))
     assert len(composed) >= 20 and len(folders) >= 15, (len(composed), len(folders))
     for file in composed:
         environment = _compose_environment(file)

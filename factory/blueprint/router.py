@@ -38,8 +38,11 @@ ALONE_ARGS = ("--host", "0.0.0.0")
 def _alone(project: Project, image: RouterImage) -> RunSpec:
     """The router's run spec with no worker, from the catalog's router facts (its port, its health check)."""
     catalog = project.catalog
+    # The router needs no accelerator: the CPU vendor's run facts where the catalog has that vendor (a
+    # catalog of GPU hardware only, as a user's may be, lends its first vendor's: no GPU is asked for).
+    vendor = catalog.vendors.get("cpu") or next(iter(catalog.vendors.values()))
     run = Run(
-        vendor=catalog.vendors[catalog.hardware["cpu"].vendor],  # the router needs no accelerator
+        vendor=vendor,
         server=catalog.server,
         router=catalog.router,
         gpus_per_node=0,
