@@ -70,7 +70,8 @@ def _twin(tree: Path) -> None:
 
 
 ARGS = "  - --trust-remote-code\n"
-KEYS = "".join(f"k{n}: 1\n" for n in range(200_000))
+KEYS = "".join(f"k{n}: 1\n" for n in range(200_000))  # past the bound of a file's YAML values: refused
+SOME_KEYS = "".join(f"k{n}: 1\n" for n in range(20_000))  # within it: summarised in one line
 DIGITS, HEX = "9" * 4400, "0x" + "f" * 4000
 ENV, BASE = "  base_env:\n", "  base_args:"
 CASES: dict[str, tuple[str, Edit]] = {
@@ -91,6 +92,8 @@ CASES: dict[str, tuple[str, Edit]] = {
         RECIPE, ARGS, f"{ARGS}  - --x\n  - {HEX}\n  base_env:\n    H: {HEX}\n")),
     "9. 200,000 unknown keys in a KV-store file": ("generate", _append(KV, KEYS)),
     "9. 200,000 unknown keys in a recipe": ("generate", _append(RECIPE, KEYS)),
+    "9. 20,000 unknown keys in a KV-store file (summarised)": ("generate", _append(KV, SOME_KEYS)),
+    "9. 20,000 unknown keys in a recipe (summarised)": ("generate", _append(RECIPE, SOME_KEYS)),
     "10. $(x) in a Mooncake config value": ("generate", _replace(
         KV, 'device_name: "$MOONCAKE_DEVICE_NAME"', 'device_name: "$(x)"')),
 }  # fmt: skip
@@ -158,7 +161,7 @@ def hostile_class_figures(root: Path) -> list[Figure]:
     figures = [stale_figure(root)]
     for name, (command, edit) in CASES.items():
         wall, cpu, said = _case(root, command, edit)
-        kind = "rendered" if "(rendered)" in name else "summarised" if "unknown keys" in name else "refused"
+        kind = "rendered" if "(rendered)" in name else "summarised" if "(summarised)" in name else "refused"
         met = wall < GOAL_S and EXPECTED[kind] in said and "TRACEBACK" not in said
         goal = f"< {GOAL_S} s, {kind}"
         figures.append(Figure(f"hostile {name}", round(wall, 2), "s", goal, met, f"{said}; {cpu:.2f} s CPU"))

@@ -554,3 +554,17 @@ def test_the_filler_fills_what_generate_wrote_as_generate_meant_it(tmp_path: Pat
     (config,) = {c.content for group in deployment.run for c in group.spec.configs}
     filled = _fill(config, {"MOONCAKE_DEVICE_NAME": "mlx5_0", "MOONCAKE_MASTER_IP": "10.0.0.2"}, tmp_path)
     assert filled["device_name"] == "mlx5_0x" and filled["master_server_address"] == "10.0.0.2:50051"
+
+
+def test_a_file_past_the_bound_of_yaml_values_is_refused_in_one_line_before_it_is_composed(
+    tmp_path: Path,
+) -> None:
+    """200,000 unknown keys took 4.5 s to compose and build before they were summarised: a file past
+    100,000 YAML values is refused on the parser's event count, naming the file and the bound."""
+    tree = _tree(tmp_path)
+    with (tree / RECIPE).open("a") as handle:
+        handle.write("".join(f"k{n}: 1\n" for n in range(200_000)))
+    ran = _generate(tree, tmp_path / "out")
+    refused = [line for line in ran.stderr.splitlines() if "Small-8B.yaml" in line]
+    assert len(refused) == 1 and "more than 100,000 YAML values" in refused[0], ran.stderr[-2000:]
+    assert "at most 100,000" in refused[0] and "Traceback" not in ran.stderr
