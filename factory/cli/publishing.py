@@ -105,8 +105,3 @@ def _add_trust(sub: Any, target_args: TargetArgs) -> None:
     )
     verifier.add_argument("--base-image", help="build on this image instead of its base (a mirror)")
     verifier.set_defaults(func=cmd_build_verifier)
-
-
-def is_image_reference(target: str | None) -> bool:
-    """A recipe id never holds ':' or '@'; an image reference to verify does (its tag or digest)."""
-    return target is not None and (":" in target or "@" in target)

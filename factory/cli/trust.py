@@ -19,7 +19,6 @@ def cmd_keygen(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_verify(project: Project, args: argparse.Namespace) -> int:
-    from factory.cli.publishing import is_image_reference
     from factory.trust.gate import report_lines
     from factory.trust.verify import verify_published, verify_reference
 
@@ -60,3 +59,8 @@ def cmd_build_verifier(project: Project, args: argparse.Namespace) -> int:
     settings = load_settings(project.root, {"base_image": args.base_image})
     say(summary(build_verifier(settings, report=say)))
     return 0
+
+
+def is_image_reference(target: str | None) -> bool:
+    """A recipe id never holds ':' or '@'; an image reference to verify does (its tag or digest)."""
+    return target is not None and (":" in target or "@" in target)
