@@ -20,6 +20,7 @@ import docker
 import pytest
 import yaml
 
+from factory.base.errors import InputError
 from factory.base.tools import compose_binary
 from factory.blueprint import plan_recipe
 from factory.blueprint.select import select
@@ -301,14 +302,15 @@ def test_the_name_validation_asks_for_is_the_one_the_server_answers_to(
 
 
 def test_a_digit_int_refuses_is_no_crash(tmp_path: Path) -> None:
-    """`²` passes str.isdigit() and int() refuses it (so does vLLM): the plan treats the size as unknown
-    (the whole node) instead of crashing."""
+    """`²` passes str.isdigit() and int() refuses it, and so does vLLM: the recipe is refused by field and
+    value as vLLM would refuse the command (issue 43: counts read as vLLM reads them), not a crash."""
     base = {**small_recipe()["model"], "base_args": ["--pipeline-parallel-size", "\u00b2"]}
     tree = recipes_tree(tmp_path / "recipes", {"acme/Small-8B": small_recipe(model=base)})
     project = load_project(ROOT, tree, tmp_path / "out")
-    blueprint = select(project, "acme/Small-8B", "h200")[0]
-    deployment = next(d for d in blueprint.deployments if d.deploy_type == "single_node")
-    assert deployment.spec(deployment.roles[0]).gpus == 8
+    with pytest.raises(InputError) as refused:
+        select(project, "acme/Small-8B", "h200")
+    said = str(refused.value)
+    assert "model.base_args[0]" in said and "not a count for --pipeline-parallel-size" in said, said
 
 
 def test_validation_lists_what_it_changes_with_why() -> None:
