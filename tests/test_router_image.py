@@ -237,6 +237,13 @@ def servers(docker_client: docker.DockerClient, tiny_built: BuildResult) -> Iter
     cluster = Cluster(docker_client)
     try:
         folder = cluster.volume()
+        # A new volume is root's; the servers run as the image's non-root user (issue 48), as a pod's
+        # volume would be given to it (fsGroup): the folder is handed to that user first.
+        user = docker_client.images.get(tiny_built.image).attrs["Config"]["User"]
+        docker_client.containers.run(
+            tiny_built.image, [user, KV_FOLDER], entrypoint=["chown"], user="0", remove=True,
+            volumes={folder: {"bind": KV_FOLDER, "mode": "rw"}}, labels=ROUTER_LABEL,
+        )  # fmt: skip
         kv = ["--kv-transfer-config", json.dumps(KV_TRANSFER)]
         started = [
             tiny_server(
