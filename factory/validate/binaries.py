@@ -59,16 +59,12 @@ def elf_result(binaries: Binaries, platform: str) -> CheckResult:
     machine = PLATFORM_MACHINES[platform]
     cubins = binaries.machines.get(GPU_CODE, 0)
     counted = ", ".join(f"{count} {name}" for name, count in sorted(binaries.machines.items()))
-    detail = (
-        f"{binaries.files} files in {image_paths.VENV}, ELF: {counted or 'none'}"
-        f" ({cubins} CUDA cubin files counted apart"
-        + (
+    apart = f"{cubins} CUDA cubin files counted apart"
+    if binaries.cross_target:
+        apart += (
             f"; {binaries.cross_target} of another machine under a target triple's folder, for cross-linking"
-            if binaries.cross_target
-            else ""
         )
-        + ")"
-    )
+    detail = f"{binaries.files} files in {image_paths.VENV}, ELF: {counted or 'none'} ({apart})"
     if binaries.foreign:
         detail += f"; not {machine}: {', '.join(binaries.foreign[:5])}"
     return CheckResult("elf-machine", not binaries.foreign and machine in binaries.machines, detail)
