@@ -62,7 +62,9 @@ def publish_one(
 ) -> Outcome:
     image = blueprint.image
     records = options.reports / "validated"
-    validated_image(image, records, options.force_unvalidated, report, options.allow_no_gpu)
+    # Refused here, before the SBOM and provenance are made; publish_image checks it again and says the
+    # warning or note once (this early check reports nothing: the same line twice read as two images).
+    validated_image(image, records, options.force_unvalidated, silent, options.allow_no_gpu)
     key = options.signing.key(project)
     timings = Timings()
     # What is attested is made from a recipe's locked set: the router's image is published unsigned so far.
