@@ -186,27 +186,23 @@ def _kubectl() -> str:
     return kubectl()
 
 
-def _as_the_kubelet_mounts_empty_dirs(doc: dict[str, Any]) -> dict[str, Any]:
+def _as_the_kubelet_mounts_empty_dirs(doc: dict[str, Any], folder: Path) -> dict[str, Any]:
     """The kubelet makes every emptyDir writable by any user (a folder of mode 0777, a tmpfs of 1777);
     podman kube play makes it a volume owned by root, mode 0755, and ignores fsGroup, so the pod's
     non-root user (issue 48) could not write /dev/shm ("Permission denied: '/psm_...'"). For podman only,
-    an init container as root gives each emptyDir the kubelet's mode; the manifest itself is unchanged."""
+    each emptyDir becomes a host folder of the kubelet's mode; the manifest's containers are unchanged.
+    (An init container doing the chmod raced podman's removal of once-init containers: "cannot remove
+    container ... as it is running".)"""
     if doc.get("kind") != "Deployment":
         return doc
     pod = doc["spec"]["template"]["spec"]
-    container = pod["containers"][0]
-    empty = {v["name"] for v in pod.get("volumes", []) if "emptyDir" in v}
-    mounts = [m for m in container.get("volumeMounts", []) if m["name"] in empty]
-    paths = " ".join(m["mountPath"] for m in mounts)
-    pod["initContainers"] = [
-        {
-            "name": "kubelet-empty-dir-modes",
-            "image": container["image"],
-            "command": ["/bin/sh", "-c", f"chmod 1777 {paths}"],
-            "securityContext": {"runAsUser": 0, "runAsNonRoot": False},
-            "volumeMounts": mounts,
-        }
-    ]
+    for volume in pod.get("volumes", []):
+        if "emptyDir" in volume:
+            host = folder / volume["name"]
+            host.mkdir(parents=True, exist_ok=True)
+            host.chmod(0o1777)
+            del volume["emptyDir"]
+            volume["hostPath"] = {"path": str(host), "type": "Directory"}
     return doc
 
 
@@ -225,7 +221,9 @@ def test_podman_kube_play_serves_a_chat_from_the_one_node_deployment(
     workload = next(doc for doc in objects if doc["kind"] == "Deployment")
     assert workload["spec"]["template"]["spec"]["containers"][0]["image"] == deployment.image.reference
     played = tmp_path / "deployment.yaml"
-    played.write_text(yaml.safe_dump_all([_as_the_kubelet_mounts_empty_dirs(doc) for doc in objects]))
+    played.write_text(
+        yaml.safe_dump_all([_as_the_kubelet_mounts_empty_dirs(doc, tmp_path / "volumes") for doc in objects])
+    )
     pod = f"{workload['metadata']['name']}-pod-0"  # podman names the Deployment's one pod so
     try:
         _run(podman, "kube", "play", str(played))
