@@ -23,7 +23,7 @@ from pathlib import Path
 from figures import Figure
 
 from factory.generate.run import generate
-from factory.generate.writer import on_disk
+from factory.generate.scan import on_disk
 from factory.project import load_project
 
 ROUNDS = 3

@@ -26,8 +26,9 @@ from factory.generate.memory import (
     write_memory,
 )
 from factory.generate.outputs import shared_files as shared_outputs
+from factory.generate.scan import Scan, scan
 from factory.generate.workers import plan_all
-from factory.generate.writer import on_disk, write_outputs
+from factory.generate.writer import write_outputs
 from factory.lockfile.store import inputs_digest
 from factory.project import Project
 from factory.recipes.loader import RecipeProblem
@@ -86,14 +87,15 @@ def generate(project: Project, check: bool = False, nodes: int | None = None) ->
     """Plan what changed, on every core, writing each recipe's files as it is planned (or, with `check`,
     comparing everything with what is on disk); then the files every recipe shares."""
     memory = read_memory(project.out)
-    planning = _plan(project, nodes, memory, check)
+    present = scan(project.out)
+    planning = _plan(project, nodes, memory, check, present)
     shared_files, expected, kept = _shared_files(project, planning)
     if check:
         stale = planning.stale + list(differences(project.out, shared_files))
-        extra = [f"not generated any more: {path}" for path in on_disk(project.out) if path not in expected]
+        extra = [f"not generated any more: {path}" for path in sorted(present.files) if path not in expected]
         stale_lines = lock_problems(project) + [line for _, line in sorted(stale)] + extra
         return planning.result(len(expected) - len(kept), stale_lines, kept, check=True)
-    written = write_outputs(project.out, shared_files, keep=expected)
+    written = write_outputs(project.out, shared_files, keep=expected, present=present.files)
     if planning.planned or planning.restamped or set(planning.entries) != set(memory):
         write_memory(project.out, planning.entries)  # with the stamps of what was just written
     return planning.result(len(expected) - len(kept), [], kept, written=planning.written + written)
@@ -118,7 +120,9 @@ class Planning:
         return Generated(self.entries, self.problems, files, stale, check, written, len(self.planned), kept)
 
 
-def _plan(project: Project, nodes: int | None, memory: dict[str, Remembered], check: bool) -> Planning:
+def _plan(
+    project: Project, nodes: int | None, memory: dict[str, Remembered], check: bool, present: Scan
+) -> Planning:
     """Plan every recipe whose inputs or files changed (factory.generate.workers); remember the others."""
     shared = shared_inputs(project, nodes)
     planning = Planning(problems=list(project.tree.problems))
@@ -127,7 +131,7 @@ def _plan(project: Project, nodes: int | None, memory: dict[str, Remembered], ch
     for recipe_id, loaded in project.tree.recipes.items():
         key = recipe_inputs(project, loaded, shared)
         known = memory.get(recipe_id)
-        found = intact(project.out, known) if known is not None and known.inputs == key else None
+        found = intact(project.out, known, present) if known is not None and known.inputs == key else None
         if found is not None:
             remembered[recipe_id] = found
             planning.restamped |= found is not known

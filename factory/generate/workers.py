@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from factory.base.errors import FactoryError
 from factory.base.outputs import differences
 from factory.blueprint import plan_recipe
-from factory.generate.memory import Remembered, digest_of, stamped
+from factory.generate.memory import Remembered, digest_of, stamped, written_as
 from factory.generate.outputs import recipe_files
 from factory.generate.writer import OutputWriter
 from factory.project import Project
@@ -101,7 +101,7 @@ def _plan_one(task: Task, recipe_id: str) -> Outcome:
             findings.setdefault(str(finding), []).append(f"{blueprint.image.slug}:{blueprint.image.tag}")
     entry = Remembered(
         inputs=task.inputs[recipe_id],
-        files={file.path.as_posix(): (digest_of(file.chunks()), file.executable) for file in files},
+        files={file.path.as_posix(): written_as(digest_of(file.chunks()), file.executable) for file in files},
         bake=[BakeTarget.of(bp.image) for bp in plan.images if bp.image.install is not None],
         images=len(plan.images),
         deployments=sum(len(blueprint.deployments) for blueprint in plan.images),

@@ -23,6 +23,7 @@ from types import TracebackType
 
 from factory.base.errors import InputError
 from factory.base.outputs import OUTPUT_ROOTS, OutputFile, same
+from factory.generate.scan import scan
 
 
 def target(out: Path, path: PurePosixPath) -> Path:
@@ -40,12 +41,14 @@ def target(out: Path, path: PurePosixPath) -> Path:
     return out / path
 
 
-def write_outputs(out: Path, files: list[OutputFile], keep: Iterable[str] = ()) -> int:
+def write_outputs(
+    out: Path, files: list[OutputFile], keep: Iterable[str] = (), present: Iterable[str] | None = None
+) -> int:
     """Write what changed and remove what is no longer generated (paths in `keep` aside); returns how many
-    files were written."""
+    files were written. `present`: what was on disk before (factory.generate.scan), scanned if not given."""
     with OutputWriter(out) as writer:
         writer.put(files)
-    remove_extra(out, {file.path.as_posix() for file in files} | set(keep))
+    remove_extra(out, {file.path.as_posix() for file in files} | set(keep), present)
     return writer.written
 
 
@@ -173,12 +176,14 @@ def _write_new(path: str, file: OutputFile, mode: int) -> None:
         raise
 
 
-def remove_extra(out: Path, expected: set[str]) -> None:
-    """Remove every file under the output roots that is not expected, then the folders that emptied."""
+def remove_extra(out: Path, expected: set[str], present: Iterable[str] | None = None) -> None:
+    """Remove every file under the output roots that is not expected, then the folders that emptied.
+    `present` lists the files found before this run wrote any: a file it wrote is expected."""
     emptied: set[str] = set()
-    for path in on_disk(out):
+    for path in scan(out).files if present is None else present:
         if path not in expected:
-            os.unlink(os.path.join(out, path))
+            with contextlib.suppress(FileNotFoundError):  # removed meanwhile
+                os.unlink(os.path.join(out, path))
             emptied.add(os.path.dirname(path))
     for folder in sorted(emptied, key=len, reverse=True):  # deepest first, so parents empty in turn
         while folder and folder not in OUTPUT_ROOTS:
@@ -187,24 +192,3 @@ def remove_extra(out: Path, expected: set[str]) -> None:
             except OSError:  # not empty: neither are its parents
                 break
             folder = os.path.dirname(folder)
-
-
-def on_disk(out: Path) -> list[str]:
-    """Every file under the output roots (a link counts as a file, never followed), as a path relative to
-    the output folder. Written on os.scandir directly: os.walk checks each folder again for a link, one
-    more system call for each of the corpus's 30,000 folders."""
-    found: list[str] = []
-    prefix = len(str(out)) + 1
-    folders = [os.path.join(out, top) for top in OUTPUT_ROOTS]
-    while folders:
-        try:
-            entries = os.scandir(folders.pop())
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        with entries:
-            for entry in entries:
-                if entry.is_dir(follow_symlinks=False):
-                    folders.append(entry.path)
-                else:
-                    found.append(entry.path[prefix:])
-    return sorted(found)
