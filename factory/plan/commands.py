@@ -13,7 +13,7 @@ from factory.plan.deviations import apply
 from factory.plan.images import model_start_period
 from factory.project import Project
 from factory.recipes.loader import LoadedRecipe
-from factory.recipes.schema import EnvValue
+from factory.recipes.sections import EnvValue
 from factory.recipes.tree_schema import Taxonomy
 from factory.synthesis.command import Command, Process, resolve
 from factory.synthesis.matrix import Combination

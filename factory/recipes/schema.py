@@ -6,60 +6,19 @@ other keys it carries, and upstream adds keys every few weeks, so an unknown key
 a command) and listed per recipe with a "did you mean" (factory.recipes.ignored): a typo such as
 `base_arg` is a warning, and an error with `--strict`. A known key with a value the factory cannot use
 refuses the recipe. `meta` only describes the recipe page: its unknown keys are listed the same way.
-Strategies, KV stores and the taxonomy are in factory.recipes.tree_schema.
+Strategies, KV stores and the taxonomy are in factory.recipes.tree_schema; what sections are made of in
+factory.recipes.sections; the `omni` section in factory.recipes.omni_schema.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
-from factory.base.models import Count, Port
-from factory.base.site_text import site_text
-
-
-class Section(BaseModel):
-    """A recipe section: known keys typed; an unknown key is kept aside, listed, and used nowhere."""
-
-    model_config = ConfigDict(extra="allow", frozen=True, coerce_numbers_to_str=True)
-
-
-def _env_value(value: Any) -> Any:
-    """An environment value the site prints: YAML's null as "null" (String(null)); a list or a mapping is
-    refused, naming what it is (the site prints one as "" or "[object Object]")."""
-    if value is None:
-        return "null"
-    if isinstance(value, list | dict):
-        raise ValueError(
-            f"an environment value is text, a number or true or false, not a {type(value).__name__}"
-        )
-    return value
-
-
-# An environment value as YAML writes it: a string, or a number the shell sees as its text (printed as the
-# site prints it: factory.base.site_text).
-EnvValue = str | int | float | bool
-Env = dict[str, Annotated[EnvValue, BeforeValidator(_env_value)]]
-
-
-def _as_site_prints(value: Any) -> Any:
-    """A number or a boolean in a flag list is the text the site prints for it (JavaScript's String(): `1e6`
-    is `1000000`, where pydantic's own coercion to text wrote `1000000.0`, which vLLM's int() refuses)."""
-    return site_text(value) if isinstance(value, bool | int | float) else value
-
-
-# A flag list's entry: text, numbers and booleans as the site prints them.
-Flags = list[Annotated[str, BeforeValidator(_as_site_prints)]]
-# A value given once, or per hardware: keyed by exact GPU id, generation, brand (lower case) or `default`.
-HardwareKeyedInt = Count | dict[str, Count]
-
-
-class ArgsAndEnv(Section):
-    """An override block: flags appended to the serve command and environment variables to set."""
-
-    extra_args: Flags = []
-    extra_env: Env = {}
+from factory.base.models import Count
+from factory.recipes.omni_schema import Omni
+from factory.recipes.sections import ArgsAndEnv, Env, Flags, HardwareKeyedInt, Section
 
 
 class VariantHardwareOverride(ArgsAndEnv):
@@ -237,43 +196,6 @@ class StrategyOverride(Section):
     decode: PdRoleOverride | None = None
     router: RouterOverride | None = None
     pool_modes: list[Literal["tp", "tep", "dep"]] = []
-
-
-class OmniTaskOverride(Section):
-    label: str | None = None
-    endpoint: str | None = None
-    model_id: str | None = None
-    description: str | None = None
-    extra_args: Flags = []
-    curl: str | None = None
-    vram_minimum_gb: float | None = None
-
-
-class OmniTask(Section):
-    id: str
-    key: str | None = None
-    label: str | None = None
-    model_id: str | None = None
-    vram_minimum_gb: float | None = None
-    description: str = ""
-    extra_args: Flags = []
-    curl: str | None = None
-    endpoint: str | None = None
-    axes: dict[str, Any] = {}
-    hardware_overrides: dict[str, OmniTaskOverride] = {}
-
-
-class Omni(Section):
-    """vllm-omni serving: one `vllm serve --omni` per task (t2i, i2v, ...)."""
-
-    # The two the recipes' SCHEMA.md names. The image's entrypoint serves both with vllm-omni's CLI (the
-    # `vllm-omni` console script): `vllm serve --omni` alone reaches it from vLLM 0.20 on only. Any other
-    # binary would need another image, so it is refused rather than silently served by vllm-omni.
-    serve_binary: Literal["vllm serve", "vllm-omni serve"] | None = None
-    port: Port | None = None
-    task_label: str | None = None
-    task_hint: str | None = None
-    tasks: list[str | OmniTask] = []
 
 
 class Recipe(Section):

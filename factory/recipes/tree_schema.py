@@ -8,7 +8,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from factory.base.models import Count, Open, Port
-from factory.recipes.schema import Companion, Env, Flags, Section
+from factory.recipes.schema import Companion
+from factory.recipes.sections import Env, Flags, Section
 
 
 class HardwareMatch(Open):

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from factory.recipes.schema import EnvValue, Recipe
+from factory.recipes.schema import Recipe
+from factory.recipes.sections import EnvValue
 from factory.recipes.tree_schema import HardwareProfile, KvStore, Strategy, Taxonomy
 from factory.synthesis import multinode, pd
 from factory.synthesis.args import dedupe

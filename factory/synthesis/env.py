@@ -3,7 +3,7 @@ strategy overrides, then hardware overrides (a strategy's generation block repla
 
 from __future__ import annotations
 
-from factory.recipes.schema import Env, EnvValue
+from factory.recipes.sections import Env, EnvValue
 from factory.recipes.tree_schema import HardwareProfile, Strategy
 from factory.synthesis import pd
 from factory.synthesis.hardware import generation_block

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from factory.recipes.schema import EnvValue, Recipe
+from factory.recipes.schema import Recipe
+from factory.recipes.sections import EnvValue
 from factory.recipes.tree_schema import ConfigValue, HardwareProfile, KvStore, Strategy, Taxonomy
 from factory.synthesis import hardware as hw
 from factory.synthesis import strategies as st

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from factory.recipes.schema import EnvValue, OmniTask, Recipe
+from factory.recipes.omni_schema import OmniTask
+from factory.recipes.schema import Recipe
+from factory.recipes.sections import EnvValue
 from factory.recipes.tree_schema import HardwareProfile
 from factory.synthesis.args import dedupe
 from factory.synthesis.hardware import generation_block
