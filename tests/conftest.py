@@ -176,14 +176,14 @@ def _corpus_lock_key(upstream: Path) -> str:
     """What a corpus lock depends on: the corpus, the catalog, the locker's code, uv's pin and this machine's
     build settings. A change to any of them locks afresh (asking the package index)."""
     digest = hashlib.sha256()
-    paths = sorted(p for p in upstream.rglob("*") if p.is_file())
-    paths += sorted(p for p in (ROOT / "catalog").rglob("*") if p.is_file())
+    paths = [(upstream, p) for p in sorted(upstream.rglob("*")) if p.is_file()]
+    paths += [(ROOT, p) for p in sorted((ROOT / "catalog").rglob("*")) if p.is_file()]
     for package in ("lock", "lockfile"):
-        paths += sorted((ROOT / "factory" / package).rglob("*.py"))
-    paths += [ROOT / "pyproject.toml", ROOT / ".factory.local.toml"]
-    for path in paths:
+        paths += [(ROOT, p) for p in sorted((ROOT / "factory" / package).rglob("*.py"))]
+    paths += [(ROOT, ROOT / "pyproject.toml"), (ROOT, ROOT / ".factory.local.toml")]
+    for base, path in paths:  # named relative to their tree: every clone of the same commit shares the lock
         if path.is_file():
-            digest.update(str(path).encode() + b"\0" + path.read_bytes())
+            digest.update(path.relative_to(base).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
 
 
