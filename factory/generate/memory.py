@@ -187,11 +187,11 @@ def read_memory(out: Path) -> dict[str, Remembered]:
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return {}
     # Used as read (converting 170,000 entries cost a third of an unchanged run): checked to be text instead.
+    # (JSON's keys are text already; map(type) and `in` run in C: a Python loop over them cost 0.2 s.)
     for entry in memory.values():
         for table in (entry.files, entry.stamps):
-            if not isinstance(table, dict) or not all(
-                isinstance(key, str) and isinstance(value, str) and value for key, value in table.items()
-            ):
+            values = table.values() if isinstance(table, dict) else None
+            if values is None or not set(map(type, values)) <= {str} or "" in values:
                 return {}
     return memory
 
