@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from factory.generate.memory import RACY_NS, read_memory
-from factory.generate.run import generate
+from factory.generate.run import Generated, generate
 from factory.project import load_project
 from tests.conftest import run_factory
 
@@ -27,11 +27,8 @@ def _settled() -> None:
     time.sleep(RACY_NS / 1e9 + 0.05)
 
 
-def test_an_unchanged_run_reads_no_generated_file_back(
-    scratch: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    assert run_factory(scratch, "generate").returncode == 0  # the memory, with every file's stamp
-    _settled()
+def _generate_reading_back(scratch: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Generated, list[str]]:
+    """An in-process `generate` of `scratch`, and which of the files the memory remembers it opened."""
     remembered = {path for entry in read_memory(scratch).values() for path in entry.files}
     assert remembered, "generate remembered no files"
     opened: list[str] = []
@@ -41,9 +38,18 @@ def test_an_unchanged_run_reads_no_generated_file_back(
         opened.append(os.fspath(file))
         return real_open(file, *args, **kwargs)
 
-    monkeypatch.setattr(builtins, "open", spying_open)
-    result = generate(load_project(scratch))
-    read_back = sorted(p for p in opened if os.path.relpath(p, scratch) in remembered)
+    with monkeypatch.context() as patched:
+        patched.setattr(builtins, "open", spying_open)
+        result = generate(load_project(scratch))
+    return result, sorted(p for p in opened if os.path.relpath(p, scratch) in remembered)
+
+
+def test_an_unchanged_run_reads_no_generated_file_back(
+    scratch: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert run_factory(scratch, "generate").returncode == 0  # the memory, with every file's stamp
+    _settled()
+    result, read_back = _generate_reading_back(scratch, monkeypatch)
     assert result.planned == 0 and result.written == 0
     assert read_back == [], f"an unchanged run read {len(read_back)} generated files, e.g. {read_back[:3]}"
 
@@ -60,17 +66,7 @@ def test_files_read_back_once_as_too_fresh_are_trusted_on_the_next_run(
     _settled()
     again = generate(load_project(scratch))  # stamped too soon after the writing: read back, found as written
     assert again.planned == 0 and again.written == 0
-    remembered = {path for entry in read_memory(scratch).values() for path in entry.files}
-    opened: list[str] = []
-    real_open = builtins.open
-
-    def spying_open(file: Any, *args: Any, **kwargs: Any) -> Any:
-        opened.append(os.fspath(file))
-        return real_open(file, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "open", spying_open)
-    generate(load_project(scratch))
-    read_back = sorted(p for p in opened if os.path.relpath(p, scratch) in remembered)
+    _, read_back = _generate_reading_back(scratch, monkeypatch)
     assert read_back == [], f"{len(read_back)} files read back again, e.g. {read_back[:3]}"
 
 
