@@ -10,14 +10,18 @@ from pathlib import Path
 from factory.base.errors import FactoryError
 from factory.base.termination import unwind_on_termination
 from factory.cli.parser import build_parser
+from factory.generate.scan import Scanning, begin_scan
 from factory.project import find_root, load_project
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     unwind_on_termination()
+    scanning: Scanning | None = None
     try:
         root = args.root or find_root(Path.cwd())
+        if getattr(args, "scans_output", False):  # generate: find lists the output folder while we load
+            scanning = args.scanning = begin_scan(getattr(args, "out", None) or root)
         project = load_project(
             root,
             getattr(args, "recipes", None),
@@ -41,3 +45,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f": {exc.filename}" if exc.filename else ""
         print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
         return 2
+    finally:
+        if scanning is not None:
+            scanning.close()

@@ -14,7 +14,7 @@ def cmd_generate(project: Project, args: argparse.Namespace) -> int:
     from factory.generate.run import generate, lock_problems
     from factory.recipes.ignored import summary as ignored_summary
 
-    result = generate(project, check=args.check, nodes=args.nodes)
+    result = generate(project, check=args.check, nodes=args.nodes, scanning=args.scanning)
     for line in project.tree.ignored:  # keys of the shared strategy files
         warn(line)
     for loaded in project.tree.recipes.values():  # one line per recipe: --strict makes them errors

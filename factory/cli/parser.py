@@ -109,7 +109,7 @@ def _add_generate_and_lock(sub: Any) -> None:
     gen.add_argument(
         "-v", "--verbose", action="store_true", help="list every skipped combination and finding"
     )
-    gen.set_defaults(func=cmd_generate)
+    gen.set_defaults(func=cmd_generate, scans_output=True)
 
     rend = sub.add_parser(
         "renderings", help="print every deployment's commands as JSON lines (the upstream JSON API's shape)"

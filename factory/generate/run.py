@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from json.encoder import encode_basestring_ascii
 from pathlib import Path, PurePosixPath
 
@@ -23,10 +23,11 @@ from factory.generate.memory import (
     read_memory,
     recipe_inputs,
     shared_inputs,
+    stamped,
     write_memory,
 )
 from factory.generate.outputs import shared_files as shared_outputs
-from factory.generate.scan import Scan, scan
+from factory.generate.scan import Scanning, begin_scan
 from factory.generate.workers import plan_all
 from factory.generate.writer import write_outputs
 from factory.lockfile.store import inputs_digest
@@ -83,12 +84,16 @@ class RecipeOutput:
     bake: list[BakeTarget]
 
 
-def generate(project: Project, check: bool = False, nodes: int | None = None) -> Generated:
+def generate(
+    project: Project, check: bool = False, nodes: int | None = None, scanning: Scanning | None = None
+) -> Generated:
     """Plan what changed, on every core, writing each recipe's files as it is planned (or, with `check`,
-    comparing everything with what is on disk); then the files every recipe shares."""
+    comparing everything with what is on disk); then the files every recipe shares. `scanning`: the output
+    folder's scan, begun before the project was loaded (the command does: factory.generate.scan); else now."""
+    scanning = scanning or begin_scan(project.out)  # in a process of its own, while the memory is read
     memory = read_memory(project.out)
-    present = scan(project.out)
-    planning = _plan(project, nodes, memory, check, present)
+    planning = _plan(project, nodes, memory, check, scanning)
+    present = scanning.result()  # taken once, in _plan
     shared_files, expected, kept = _shared_files(project, planning)
     if check:
         stale = planning.stale + list(differences(project.out, shared_files))
@@ -121,15 +126,19 @@ class Planning:
 
 
 def _plan(
-    project: Project, nodes: int | None, memory: dict[str, Remembered], check: bool, present: Scan
+    project: Project, nodes: int | None, memory: dict[str, Remembered], check: bool, scanning: Scanning
 ) -> Planning:
     """Plan every recipe whose inputs or files changed (factory.generate.workers); remember the others."""
     shared = shared_inputs(project, nodes)
     planning = Planning(problems=list(project.tree.problems))
     remembered: dict[str, Remembered] = {}
     todo: dict[str, str] = {}
-    for recipe_id, loaded in project.tree.recipes.items():
-        key = recipe_inputs(project, loaded, shared)
+    keys = {
+        recipe_id: recipe_inputs(project, loaded, shared)
+        for recipe_id, loaded in project.tree.recipes.items()
+    }
+    present = scanning.result()  # the digests above were taken while it ran
+    for recipe_id, key in keys.items():
         known = memory.get(recipe_id)
         found = intact(project.out, known, present) if known is not None and known.inputs == key else None
         if found is not None:
@@ -148,7 +157,7 @@ def _plan(
             planning.problems.append(RecipeProblem(loaded.path, recipe_id, problem))
             continue
         planning.planned.add(recipe_id)
-        planning.entries[recipe_id] = outcome.entry
+        planning.entries[recipe_id] = outcome.entry if outcome.written else stamped(outcome.entry, present)
         planning.written += outcome.written
         planning.stale += outcome.stale
     return planning
@@ -159,7 +168,7 @@ def _shared_files(project: Project, planning: Planning) -> tuple[list[OutputFile
     manifest; the router's), every path expected in the output folder, and the files kept for recipes that
     could not be planned."""
     outputs = {recipe_id: RecipeOutput(sorted(e.files), e.bake) for recipe_id, e in planning.entries.items()}
-    previous = read_manifest(project.out)
+    previous = read_manifest(project.out) if planning.problems else {}  # 16 MB on the corpus: read if needed
     for problem in planning.problems:  # a recipe that turned bad keeps what it generated before
         if problem.recipe_id in previous:
             outputs[problem.recipe_id] = previous[problem.recipe_id]
@@ -208,7 +217,7 @@ def _manifest_file(outputs: dict[str, RecipeOutput]) -> OutputFile:
     body = {
         "comment": "DO NOT EDIT: written by `factory generate`: what each recipe generated",
         "recipes": {
-            recipe_id: {"files": output.files, "bake": [asdict(target) for target in output.bake]}
+            recipe_id: {"files": output.files, "bake": [target.as_data() for target in output.bake]}
             for recipe_id, output in sorted(outputs.items())
         },
     }
@@ -220,7 +229,7 @@ def indented_json(value: object, indent: str = "") -> str:
     json falls back to its Python encoder, which was a tenth of an unchanged corpus run here."""
     inner = indent + " "
     if isinstance(value, dict) and value:
-        entries = (f"{inner}{json.dumps(key)}: {indented_json(item, inner)}" for key, item in value.items())
+        entries = (f"{inner}{json.dumps(key)}: {_indented_item(item, inner)}" for key, item in value.items())
         return "{\n" + ",\n".join(entries) + f"\n{indent}}}"
     if isinstance(value, list | tuple) and value:
         items: Iterable[str]
@@ -230,3 +239,8 @@ def indented_json(value: object, indent: str = "") -> str:
             items = (indented_json(item, inner) for item in value)
         return "[\n" + inner + f",\n{inner}".join(items) + f"\n{indent}]"
     return json.dumps(value)
+
+
+def _indented_item(value: object, indent: str) -> str:
+    """A dict's value: text directly (a bake target's fields; a call and a json.dumps less each)."""
+    return encode_basestring_ascii(value) if type(value) is str else indented_json(value, indent)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from factory.base.errors import FactoryError
 from factory.base.outputs import differences
 from factory.blueprint import plan_recipe
-from factory.generate.memory import Remembered, digest_of, stamped, written_as
+from factory.generate.memory import Remembered, digest_of, written_as
 from factory.generate.outputs import recipe_files
 from factory.generate.writer import OutputWriter
 from factory.project import Project
@@ -112,4 +112,6 @@ def _plan_one(task: Task, recipe_id: str) -> Outcome:
         return Outcome(recipe_id, entry, stale=tuple(differences(project.out, files)))
     with OutputWriter(project.out) as writer:
         writer.put(files)
-    return Outcome(recipe_id, stamped(project.out, entry), written=writer.written)
+    return Outcome(
+        recipe_id, entry, written=writer.written
+    )  # its stamps: from the run's scan, if none written
