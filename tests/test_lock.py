@@ -278,3 +278,29 @@ def test_lock_keeps_versions_until_upgraded_and_records_why(tmp_path: Path) -> N
     )
     project = load_project(ROOT, tree, out)
     assert project.lock is not None and project.lock.inputs
+
+
+def test_sets_resolved_at_once_lock_what_one_at_a_time_locks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`factory lock` resolves the sets it will need several at a time (factory.lock.index.RESOLVERS): the
+    lock file and every set file are byte for byte those of a lock resolving them one after another.
+    Against the real package index; Kimi alone asks for amd64 and arm64 sets, uv's and a Mooncake layer."""
+    from factory.base.settings import load_settings
+    from factory.lock import index
+    from factory.lock.locker import lock
+
+    locks = {}
+    for resolvers in (1, index.RESOLVERS):
+        monkeypatch.setattr(index, "RESOLVERS", resolvers)
+        scratch = tmp_path / f"resolvers-{resolvers}"
+        for name in ("recipes", "catalog"):
+            shutil.copytree(ROOT / name, scratch / name)
+        shutil.rmtree(scratch / "recipes" / "lock")  # nothing kept: every set resolved now
+        for other in (scratch / "recipes" / "models").rglob("*.yaml"):
+            if other != scratch / "recipes" / "models" / f"{KIMI}.yaml":
+                other.unlink()
+        result = lock(load_project(scratch), load_settings(ROOT))
+        assert result.sets_resolved >= 2, "too few sets resolved to resolve any at once"
+        locks[resolvers] = folder_bytes(scratch / "recipes" / "lock")
+    assert_same_files(locks[1], locks[index.RESOLVERS], "resolving at once changed the lock")

@@ -22,7 +22,7 @@ from factory.lock.installable import Answers, first_installable
 from factory.lock.mooncake import lock_mooncake
 from factory.lock.omni import choose_omni
 from factory.lock.resolve import install_sources
-from factory.lock.sets import LockPlace, SetBook, missing_of
+from factory.lock.sets import LockPlace, SetBook, SetWishes, missing_of
 from factory.lock.uv import uv_sets
 from factory.lockfile.model import Lock, LockedSet, PassedOver, Release, set_key
 from factory.lockfile.store import inputs_digest, write_lock
@@ -61,17 +61,18 @@ def lock(
     place = LockPlace(project.catalog, project.lock_path)
     book = SetBook(place, previous, settings, upgrade == "*", same_inputs, report)
     chooser = _Chooser(project, settings, previous, book, Answers(book), refresh)
-    releases: dict[str, dict[str, dict[str, Release]]] = {}
-    for recipe_id, loaded in sorted(project.tree.recipes.items()):
-        moving = upgrade == "*" or (upgrade is not None and project.tree.recipe(upgrade) is loaded)
-        for variant, installs in _installs_needed(project, loaded).items():
-            for install_name, brand in sorted(installs.items()):
-                chosen = chooser.release(loaded, variant, install_name, brand, moving)
-                releases.setdefault(recipe_id, {}).setdefault(variant, {})[install_name] = chosen
+    # A first pass that settles nothing learns which sets the choosing asks for; they are settled at once,
+    # then the real pass finds them settled (and settles one by one what only it asks: a release passed over).
+    wishes = SetWishes(book)
+    rehearsal = _Chooser(project, settings, previous, wishes, Answers(wishes, chooser.answers.asked), refresh,
+                         available=chooser.available)  # fmt: skip
+    _lock_sets(project, _choose_all(project, rehearsal, upgrade), wishes)
+    book.settle_all(wishes.wanted)
+    releases = _choose_all(project, chooser, upgrade)
     sets, texts = _lock_sets(project, releases, book)
     result = chooser.result
     result.sets_resolved, result.sets_kept = book.counts.resolved, book.counts.kept
-    result.unresolvable = book.counts.unresolvable
+    result.unresolvable = sorted(book.counts.unresolvable)
     uv_locked, uv_texts = uv_sets(place, previous, settings, report)
     layers, layer_texts = lock_mooncake(
         project.catalog, project.tree.kv_stores, sets, texts, previous, project.lock_path, settings, report
@@ -80,6 +81,20 @@ def lock(
                passed_over=dict(sorted(chooser.passed.items())) or None, mooncake=layers or None)  # fmt: skip
     write_lock(project.lock_path, new, {**texts, **uv_texts, **layer_texts})
     return result
+
+
+def _choose_all(
+    project: Project, chooser: _Chooser, upgrade: str | None
+) -> dict[str, dict[str, dict[str, Release]]]:
+    """recipe -> variant -> install -> the release chosen for it."""
+    releases: dict[str, dict[str, dict[str, Release]]] = {}
+    for recipe_id, loaded in sorted(project.tree.recipes.items()):
+        moving = upgrade == "*" or (upgrade is not None and project.tree.recipe(upgrade) is loaded)
+        for variant, installs in _installs_needed(project, loaded).items():
+            for install_name, brand in sorted(installs.items()):
+                chosen = chooser.release(loaded, variant, install_name, brand, moving)
+                releases.setdefault(recipe_id, {}).setdefault(variant, {})[install_name] = chosen
+    return releases
 
 
 @dataclass

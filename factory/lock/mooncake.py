@@ -164,6 +164,7 @@ def lock_mooncake(
     on the same vLLM set, else resolved; and the files to write (under the lock's sets/)."""
     layers: dict[str, MooncakeSet] = {}
     files: dict[str, str] = {}
+    todo: dict[str, tuple[Wanted, str | None]] = {}  # resolved all at once, after the loop
     old = previous.mooncake or {}
     for key, layer in wanted(catalog, stores, sets).items():
         vllm_text = None if layer.vendor_image else texts.get(f"{layer.on}.txt")
@@ -178,10 +179,16 @@ def lock_mooncake(
                     files[f"{key}.txt"] = kept_text
                 continue
         report(f"resolving {layer.requirement} for {layer.on} with uv")
-        layers[key], text = _resolve(catalog, layer, vllm_text, settings)
+        todo[key] = (layer, vllm_text)
+        layers[key] = layer_base(layer)  # its place in the lock; the layer resolved replaces it below
+    resolved = index.each_at_once(
+        lambda job: _resolve(catalog, job[0], job[1], settings), list(todo.values())
+    )
+    for key, (layer_set, text) in zip(todo, resolved, strict=True):
+        layers[key] = layer_set  # in the place the loop gave it
         if text is not None:
             files[f"{key}.txt"] = text
-    return layers, files
+    return layers, {f"{key}.txt": files[f"{key}.txt"] for key in layers if f"{key}.txt" in files}
 
 
 def _kept_text(lock_path: Path, kept: MooncakeSet) -> str | None:
@@ -191,12 +198,17 @@ def _kept_text(lock_path: Path, kept: MooncakeSet) -> str | None:
     return set_text(lock_path, kept.requirements, kept.digest)
 
 
+def layer_base(layer: Wanted) -> MooncakeSet:
+    """What a layer's record holds before it is resolved."""
+    return MooncakeSet(requirement=layer.requirement, on=layer.on, vendor_image=layer.vendor_image or None)
+
+
 def _resolve(
     catalog: Catalog, layer: Wanted, vllm_text: str | None, settings: BuildSettings
 ) -> tuple[MooncakeSet, str | None]:
     """The layer resolved with uv: against the vLLM set's pins (`vllm_text`), keeping only what the set lacks;
     or, for vendor images (no `vllm_text`), the wheel and all it needs."""
-    base = MooncakeSet(requirement=layer.requirement, on=layer.on, vendor_image=layer.vendor_image or None)
+    base = layer_base(layer)
     install = catalog.installs[layer.install]
     sources = install_sources(catalog, install, layer.platform, layer.vllm, settings, layer.torch)
     try:

@@ -5,6 +5,8 @@ is known before it is chosen, and every set is resolved at most once per run."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,6 +54,7 @@ class SetBook:
     report: Reporter
     counts: SetCounts = field(default_factory=SetCounts)
     settled: dict[str, tuple[LockedSet, str | None]] = field(default_factory=dict)
+    _counting: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def get(
         self, install: Install, version: str, platform: str, omni: str | None, fresh: bool = False
@@ -61,6 +64,17 @@ class SetBook:
         if key not in self.settled:
             self.settled[key] = self._settle(key, install, version, platform, omni, fresh)
         return self.settled[key][0]
+
+    def settle_all(self, wanted: Iterable[SetWanted]) -> None:
+        """Settle every set of `wanted` not settled yet, several at once (each resolution is a uv process
+        mostly waiting on the index); `get` then answers them from what was settled."""
+        todo: dict[str, SetWanted] = {}
+        for want in wanted:
+            key = want.key
+            if key not in self.settled:
+                todo.setdefault(key, want)
+        done = index.each_at_once(self._settle_wanted, list(todo.values()))
+        self.settled.update(zip(todo, done, strict=True))
 
     def text(self, key: str) -> str | None:
         return self.settled[key][1]
@@ -81,22 +95,74 @@ class SetBook:
             self.report(f"{key}: a wheel the find_links folder served is no longer there: resolving it again")
             kept = None
         if kept is not None and _keep(place, kept, self.same_inputs):
-            self.counts.kept += 1
+            self._count("kept")
             if kept.missing is None and missing_of(kept) is not None:  # recorded before `missing` existed
                 kept = kept.model_copy(update={"missing": missing_of(kept)})
             return kept, set_text(place.lock_path, kept.requirements) if kept.requirements else None
         if kept is not None and kept.requirements and readable(place, kept):
             self.report(f"recording the index of each file of {key}")
-            self.counts.kept += 1
+            self._count("kept")
             return record_indexes(place, kept, install, self.settings), set_text(
                 place.lock_path, kept.requirements
             )
         self.report(f"resolving {key} with uv")
         locked, text = resolve_set(place.catalog, install, version, platform, self.settings, omni)
-        if locked.unresolvable:
-            self.counts.unresolvable.append(f"{key}: {locked.unresolvable}")
-        self.counts.resolved += 1
+        with self._counting:
+            if locked.unresolvable:
+                self.counts.unresolvable.append(f"{key}: {locked.unresolvable}")
+        self._count("resolved")
         return locked, text
+
+    def _settle_wanted(self, want: SetWanted) -> tuple[LockedSet, str | None]:
+        return self._settle(want.key, want.install, want.version, want.platform, want.omni, want.fresh)
+
+    def _count(self, what: str) -> None:
+        with self._counting:  # settle_all settles in several threads
+            setattr(self.counts, what, getattr(self.counts, what) + 1)
+
+
+@dataclass(frozen=True)
+class SetWanted:
+    """One set a pass of the choosing will ask for (SetBook.get's arguments)."""
+
+    install: Install
+    version: str
+    platform: str
+    omni: str | None
+    fresh: bool
+
+    @property
+    def key(self) -> str:
+        install = self.install
+        python = install.python or ""
+        return set_key(install.package, self.version, self.platform, install.accelerator, python, self.omni)
+
+
+class SetWishes(SetBook):
+    """A SetBook that settles nothing: it records every set asked of it, answering with the set the previous
+    lock holds or a stand-in that installs. A first pass of the choosing with it learns which sets the real
+    pass will ask for, so that they are settled all at once (SetBook.settle_all) rather than one by one."""
+
+    def __init__(self, book: SetBook) -> None:
+        super().__init__(
+            book.place, book.previous, book.settings, book.upgrading, book.same_inputs, book.report
+        )
+        self.book = book
+        self.wanted: list[SetWanted] = []
+
+    def get(
+        self, install: Install, version: str, platform: str, omni: str | None, fresh: bool = False
+    ) -> LockedSet:
+        want = SetWanted(install, version, platform, omni, fresh)
+        self.wanted.append(want)
+        if want.key in self.book.settled:
+            return self.book.settled[want.key][0]
+        kept = None if fresh or self.upgrading else self.previous.sets.get(want.key)
+        return kept or LockedSet(package=install.package, vllm=version, omni=omni, platform=platform,
+                                 accelerator=install.accelerator, python=install.python or "")  # fmt: skip
+
+    def text(self, key: str) -> str | None:
+        return None
 
 
 def _local_wheels_gone(kept: LockedSet, find_links: Path | None) -> bool:

@@ -19,7 +19,7 @@ def uv_sets(
     """uv itself, hash-locked per platform: what an image's install step bootstraps."""
     sets, texts = {}, {}
     platforms = {hardware.platform for hardware in place.catalog.hardware.values()}
-    default = place.catalog.default_index
+    todo = []  # the platforms whose uv set is resolved, all at once
     for platform in sorted(platforms):
         key = uv_key(place.catalog.uv, platform)
         kept = previous.sets.get(key)
@@ -32,12 +32,27 @@ def uv_sets(
             texts[f"{key}.txt"] = set_text(place.lock_path, str(kept.requirements))
             continue
         report(f"resolving {key} with uv")
-        compiled = index.compile_set(
-            [f"uv=={place.catalog.uv}"], platform, UV_PYTHON, [], None, index.Sources(default=default)
-        )
-        text = compiled.text
-        sets[key] = LockedSet(package="uv", vllm=place.catalog.uv, platform=platform, accelerator="tool",
-                              python=UV_PYTHON, requirements=f"sets/{key}.txt", served=compiled.served,
-                              digest=hashlib.sha256(text.encode()).hexdigest())  # fmt: skip
-        texts[f"{key}.txt"] = text
-    return sets, texts
+        todo.append(platform)
+    resolved = index.each_at_once(lambda platform: _resolved(place, platform), todo)
+    for platform, (locked, text) in zip(todo, resolved, strict=True):
+        key = uv_key(place.catalog.uv, platform)
+        sets[key], texts[f"{key}.txt"] = locked, text
+    order = [uv_key(place.catalog.uv, platform) for platform in sorted(platforms)]  # as the lock had them
+    return {key: sets[key] for key in order}, {f"{key}.txt": texts[f"{key}.txt"] for key in order}
+
+
+def _resolved(place: LockPlace, platform: str) -> tuple[LockedSet, str]:
+    """uv's own set for one platform, resolved with uv."""
+    compiled = index.compile_set(
+        [f"uv=={place.catalog.uv}"],
+        platform,
+        UV_PYTHON,
+        [],
+        None,
+        index.Sources(default=place.catalog.default_index),
+    )
+    text = compiled.text
+    locked = LockedSet(package="uv", vllm=place.catalog.uv, platform=platform, accelerator="tool",
+                       python=UV_PYTHON, requirements=f"sets/{uv_key(place.catalog.uv, platform)}.txt",
+                       served=compiled.served, digest=hashlib.sha256(text.encode()).hexdigest())  # fmt: skip
+    return locked, text
