@@ -4,11 +4,14 @@ figures with --cuda (two 11 GB images, many minutes, about 35 GB of free disk)."
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +25,7 @@ from factory.builder.builder import BuildResult, build_image
 from factory.generate.run import generate
 from factory.lock.locker import lock
 from factory.plan.models import ImagePlan
-from factory.project import load_project
+from factory.project import Project, load_project
 from factory.validate.static import run_in_image
 
 
@@ -176,7 +179,7 @@ def cuda_figures(
     """H200 and H100: uv against pip on the same locked set, layers shared, size; a vLLM bump on one torch,
     and both images' compressed sizes in a registry."""
     kimi = load_project(root).catalog.build_recipe("h200")
-    with scratch_project(root, kimi) as project:
+    with locked_now(root, settings, kimi) as project:
         h200 = blueprint(project, "h200")
         floor = pip_floor(h200.image, settings)
         forget_download_caches(client)
@@ -228,8 +231,20 @@ def older_release(root: Path, settings: BuildSettings, kimi: str) -> BuildResult
         data["model"]["min_vllm_version"] = "0.11.1"
         data["dependencies"][0]["command"] = "uv pip install vllm==0.11.1"
 
-    with scratch_project(root, kimi, older) as project:
+    with locked_now(root, settings, kimi, older) as project:
+        return build_image(project.root, blueprint(project, "h200"), settings)
+
+
+@contextlib.contextmanager
+def locked_now(
+    root: Path, settings: BuildSettings, kimi: str, change: Callable[[dict[str, Any]], None] | None = None
+) -> Iterator[Project]:
+    """A copy of the project (Kimi under its bench name, changed by `change`) locked anew, its images
+    generated. Both releases of the bump are locked in the same run: the committed lock was made days
+    before, and a dependency the index has released since made the bump rebuild torch's layer (95 %)."""
+    with scratch_project(root, kimi, change) as project:
+        shutil.rmtree(project.root / "recipes" / "lock")
         lock(project, settings)
         relocked = load_project(project.root)  # the project read before lock() holds the old lock
         generate(relocked)
-        return build_image(project.root, blueprint(relocked, "h200"), settings)
+        yield relocked
