@@ -39,7 +39,7 @@ from figures import Figure, blueprint, scratch_project, table
 from grace import grace_figures
 from hostile import alias_bomb_figures
 from hostile_classes import hostile_class_figures
-from registry import registry_answering
+from registry import bench_registry
 from startup import startup_figures
 from trust import trust_figures
 
@@ -120,14 +120,14 @@ def main() -> int:
         if "startup" in groups:
             figures += startup(root)
         if "trust" in groups:
-            registry = registry_answering(os.environ.get("FACTORY_BENCH_REGISTRY", "127.0.0.1:5000"))
-            if registry is None:
-                print("trust figures skipped: no registry answers (FACTORY_BENCH_REGISTRY)")
-            else:
-                figures += trust_figures(root, client, settings, registry)
+            with bench_registry() as registry:
+                if registry is None:
+                    print("trust figures skipped: no registry answers (FACTORY_BENCH_REGISTRY)")
+                else:
+                    figures += trust_figures(root, client, settings, registry)
         if "cuda" in groups:
-            registry = registry_answering(os.environ.get("FACTORY_BENCH_REGISTRY", "127.0.0.1:5000"))
-            cuda_figures(root, client, settings, registry, figures, listing)
+            with bench_registry() as registry:
+                cuda_figures(root, client, settings, registry, figures, listing)
         if "grace" in groups:
             grace_figures(root, client, settings, figures, listing)
     finally:

@@ -6,6 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +24,7 @@ from factory.publish.pusher import push
 from factory.publish.registry import MANIFEST_TYPES, api_base, registry_request
 
 BENCH_REPOSITORY = "factory-bench"
+TESTBENCH_REGISTRY = "127.0.0.1:5000"  # testbench/up's
 
 
 def registry_figures(
@@ -79,6 +85,41 @@ def pushed(client: docker.DockerClient, registry: str, tag: str, image_id: str) 
     finally:
         with contextlib.suppress(ImageNotFound):
             client.images.remove(f"{repository}:{tag}")
+
+
+@contextlib.contextmanager
+def bench_registry() -> Iterator[str | None]:
+    """The registry the bench pushes to: FACTORY_BENCH_REGISTRY when set (None when it does not answer);
+    else a registry of its own, on a free loopback port with its storage in a temporary folder, removed
+    with everything pushed to it when the bench ends. (Pushing to the test bench's registry left the
+    CUDA images' blobs there, 6 GB a run, until its garbage collection: a CI run after two benchmarks
+    found its disk full.) Without the registry's binary, the test bench's registry, if it answers."""
+    chosen = os.environ.get("FACTORY_BENCH_REGISTRY")
+    binary = shutil.which("docker-registry") or shutil.which("registry")
+    if chosen or binary is None:
+        yield registry_answering(chosen or TESTBENCH_REGISTRY)
+        return
+    with tempfile.TemporaryDirectory(prefix="factory-bench-registry-") as folder:
+        with socket.socket() as probe:  # a free port: the registry binds it a moment later
+            probe.bind(("127.0.0.1", 0))
+            address = f"127.0.0.1:{probe.getsockname()[1]}"
+        config = Path(folder) / "config.yml"
+        config.write_text(
+            f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {folder}/data\n  delete:\n"
+            f"    enabled: true\nhttp:\n  addr: {address}\n",
+            encoding="utf-8",
+        )
+        with (Path(folder) / "registry.log").open("wb") as log:
+            process = subprocess.Popen([binary, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
+        try:
+            for _ in range(100):
+                if registry_answering(address) is not None or process.poll() is not None:
+                    break
+                time.sleep(0.1)
+            yield registry_answering(address)
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
 
 
 def registry_answering(address: str) -> str | None:
