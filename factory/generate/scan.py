@@ -31,6 +31,8 @@ from factory.base.outputs import OUTPUT_ROOTS
 # a recipe's stamps are compared and digested as they come, never converted (factory.generate.memory).
 Stamp = str
 FIND_FORMAT = "%p\\0%y%m:%i:%s:%T@:%C@\\0"
+# -H (before the roots): a root that is a link is followed, as os.scandir follows it; nothing below it is.
+_FIND_FILES = ("-mindepth", "1", "(", "-type", "d", "-o", "-printf", FIND_FORMAT, ")")  # all but folders
 _TYPES = {
     stat.S_IFREG: "f",
     stat.S_IFDIR: "d",
@@ -77,7 +79,6 @@ class Scanning:
     def __init__(self, out: Path) -> None:
         self.out = out
         self.started_ns = time.time_ns()
-        self._output: list[bytes] = []
         self._process: subprocess.Popen[bytes] | None = None
         self._scan: Scan | None = None
         roots = [root for root in OUTPUT_ROOTS if os.path.isdir(os.path.join(out, root))]
@@ -88,21 +89,7 @@ class Scanning:
         self._listing = tempfile.TemporaryFile(prefix="factory-scan-")  # noqa: SIM115  # closed by _finish or close
         try:
             self._process = subprocess.Popen(
-                # -H: a root that is a link is followed, as os.scandir follows it; nothing below it is.
-                [
-                    "find",
-                    "-H",
-                    *roots,
-                    "-mindepth",
-                    "1",
-                    "(",
-                    "-type",
-                    "d",
-                    "-o",
-                    "-printf",
-                    FIND_FORMAT,
-                    ")",
-                ],
+                ["find", "-H", *roots, *_FIND_FILES],
                 cwd=out,
                 stdout=self._listing,
                 stderr=subprocess.DEVNULL,
@@ -129,11 +116,13 @@ class Scanning:
         return Scan(dict(zip(pairs, pairs, strict=False)), self.started_ns)  # one iterator: pairs
 
     def close(self) -> None:
-        """End find if nobody waited for its scan (the command failed before it needed it)."""
-        if self._process is not None and self._process.poll() is None:
+        """End find if nobody waited for its scan (the command failed before needing it); drop its listing."""
+        if self._process is None:
+            return
+        if self._process.poll() is None:
             self._process.kill()
             self._process.wait()
-            self._listing.close()
+        self._listing.close()  # (closing it again after result() is harmless)
 
 
 def begin_scan(out: Path) -> Scanning:

@@ -112,6 +112,5 @@ def _plan_one(task: Task, recipe_id: str) -> Outcome:
         return Outcome(recipe_id, entry, stale=tuple(differences(project.out, files)))
     with OutputWriter(project.out) as writer:
         writer.put(files)
-    return Outcome(
-        recipe_id, entry, written=writer.written
-    )  # its stamps: from the run's scan, if none written
+    # Its stamps come from the run's scan when it wrote nothing (factory.generate.run), else the next run's.
+    return Outcome(recipe_id, entry, written=writer.written)

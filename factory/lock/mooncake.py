@@ -188,7 +188,7 @@ def lock_mooncake(
         layers[key] = layer_set  # in the place the loop gave it
         if text is not None:
             files[f"{key}.txt"] = text
-    return layers, {f"{key}.txt": files[f"{key}.txt"] for key in layers if f"{key}.txt" in files}
+    return layers, files
 
 
 def _kept_text(lock_path: Path, kept: MooncakeSet) -> str | None:

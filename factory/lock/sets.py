@@ -60,10 +60,10 @@ class SetBook:
         self, install: Install, version: str, platform: str, omni: str | None, fresh: bool = False
     ) -> LockedSet:
         """The set, settled once per run; `fresh`: resolved again rather than kept from the previous lock."""
-        key = set_key(install.package, version, platform, install.accelerator, install.python or "", omni)
-        if key not in self.settled:
-            self.settled[key] = self._settle(key, install, version, platform, omni, fresh)
-        return self.settled[key][0]
+        want = SetWanted(install, version, platform, omni, fresh)
+        if want.key not in self.settled:
+            self.settled[want.key] = self._settle(want)
+        return self.settled[want.key][0]
 
     def settle_all(self, wanted: Iterable[SetWanted]) -> None:
         """Settle every set of `wanted` not settled yet, several at once (each resolution is a uv process
@@ -73,15 +73,14 @@ class SetBook:
             key = want.key
             if key not in self.settled:
                 todo.setdefault(key, want)
-        done = index.each_at_once(self._settle_wanted, list(todo.values()))
+        done = index.each_at_once(self._settle, list(todo.values()))
         self.settled.update(zip(todo, done, strict=True))
 
     def text(self, key: str) -> str | None:
         return self.settled[key][1]
 
-    def _settle(
-        self, key: str, install: Install, version: str, platform: str, omni: str | None, fresh: bool
-    ) -> tuple[LockedSet, str | None]:
+    def _settle(self, want: SetWanted) -> tuple[LockedSet, str | None]:
+        key, install, version, platform, omni = want.key, want.install, want.version, want.platform, want.omni
         place = self.place
         refused = omni_refusal(place.catalog, install, platform, omni) if omni else None
         if refused is not None:  # no omni set can exist there: say why with the evidence, resolve nothing
@@ -89,7 +88,7 @@ class SetBook:
                 package=install.package, vllm=version, omni=omni, platform=platform, cause=OMNI,
                 accelerator=install.accelerator, python=install.python or "", unresolvable=refused,
             ), None  # fmt: skip
-        kept = None if fresh or self.upgrading else self.previous.sets.get(key)
+        kept = None if want.fresh or self.upgrading else self.previous.sets.get(key)
         local = self.settings.find_links if install.local_wheels else None
         if kept is not None and _local_wheels_gone(kept, local):
             self.report(f"{key}: a wheel the find_links folder served is no longer there: resolving it again")
@@ -112,9 +111,6 @@ class SetBook:
                 self.counts.unresolvable.append(f"{key}: {locked.unresolvable}")
         self._count("resolved")
         return locked, text
-
-    def _settle_wanted(self, want: SetWanted) -> tuple[LockedSet, str | None]:
-        return self._settle(want.key, want.install, want.version, want.platform, want.omni, want.fresh)
 
     def _count(self, what: str) -> None:
         with self._counting:  # settle_all settles in several threads

@@ -38,7 +38,7 @@ def uv_sets(
         key = uv_key(place.catalog.uv, platform)
         sets[key], texts[f"{key}.txt"] = locked, text
     order = [uv_key(place.catalog.uv, platform) for platform in sorted(platforms)]  # as the lock had them
-    return {key: sets[key] for key in order}, {f"{key}.txt": texts[f"{key}.txt"] for key in order}
+    return {key: sets[key] for key in order}, texts  # (the files' order is nobody's)
 
 
 def _resolved(place: LockPlace, platform: str) -> tuple[LockedSet, str]:
